@@ -13,7 +13,9 @@ class FConvConfig:
     arch: str = "fconv"  # preset name, for display and checkpoints
     dropout: float = 0.1
     encoder_embed_dim: int = 512
-    encoder_layers: Any = "[(512, 3)] * 20"  # list of [channels, kernel(, residual)] or fairseq's string
+    encoder_layers: Any = (
+        "[(512, 3)] * 20"  # list of [channels, kernel(, residual)] or fairseq's string
+    )
     decoder_embed_dim: int = 512
     decoder_layers: Any = "[(512, 3)] * 20"
     decoder_out_embed_dim: int = 256

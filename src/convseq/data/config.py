@@ -1,0 +1,74 @@
+"""Configuration schemas of the `data` and `batching` groups (see conf/data, conf/batching)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from omegaconf import MISSING
+
+
+@dataclass
+class SubwordConfig:
+    """Optional sentencepiece segmentation, trained on train only and applied to every split."""
+
+    type: str = "none"  # none (whitespace tokens) | bpe | unigram
+    vocab_size: int = 8000  # sentencepiece vocabulary size (per model)
+    joint: bool = True  # one model for both languages (true) or one per language (false)
+    character_coverage: float = 1.0  # sentencepiece's character_coverage
+    input_sentence_size: int = 0  # sentences sampled to train it (0 = all)
+
+
+@dataclass
+class VocabConfig:
+    """Dictionary construction (fairseq-preprocess's --joined-dictionary, --threshold, --nwords)."""
+
+    joined: bool = False  # one dictionary for source and target
+    threshold: int = 0  # drop symbols seen fewer times than this in train (0 = keep all)
+    nwords: int = -1  # keep at most this many symbols, specials included (-1 = all)
+    padding_factor: int = 8  # pad the vocabulary to a multiple of this (madeupwordNNNN rows)
+
+
+@dataclass
+class DataConfig:
+    """A parallel corpus: one text file per split and language, `{dir}/{split}.{lang}`."""
+
+    name: str = MISSING  # short name, part of the data-bin key
+    dir: str = MISSING  # folder with the text files (absolute after resolution)
+    src_lang: str = MISSING  # file suffix of the source side
+    tgt_lang: str = MISSING  # file suffix of the target side
+    train_split: str = "train"
+    valid_split: str = "valid"
+    test_split: str = "test"
+    generator: str | None = None  # "toy": write the embedded synthetic corpus into `dir` first
+    generator_seed: int = 1  # seed of the generator (same seed -> same bytes)
+    subword: SubwordConfig = field(default_factory=SubwordConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    # Longest sentence kept, in tokens after segmentation, EOS included (fairseq's usable 1022).
+    max_positions: int = 1022
+    # Train pairs that are empty after stripping or longer than max_positions: skip (and count) or error.
+    train_invalid: str = "skip"  # skip | error
+    # Valid/test lines longer than max_positions: error (default) or skip and count. Empty lines
+    # in valid/test are always kept (translated as empty): a smaller test set would inflate BLEU.
+    eval_overlong: str = "error"  # error | skip
+    # Train pairs whose source or target (stripped) fully matches this regex are dropped and counted.
+    drop_train_regex: str | None = None
+    num_workers: int = 0  # DataLoader worker processes (0 = load in the main process)
+
+
+@dataclass
+class BatchingConfig:
+    """How sentences are packed into batches (fairseq's --max-tokens / --batch-size)."""
+
+    name: str = "tokens"  # tokens | sentences (for display and sweep reports)
+    # Token budget: batch size x longest sentence (max of source and target, EOS included) <= this.
+    max_tokens: int | None = 4000
+    max_sentences: int | None = None  # at most this many sentences per batch
+    # Fixed-sentence batching only: choose max_sentences so that the mean batch size matches
+    # what this token budget gives on the training set (null = use max_sentences as written).
+    match_max_tokens: int | None = None
+    required_batch_size_multiple: int = (
+        8  # batch sizes are multiples of this when the budget allows
+    )
+    max_tokens_valid: int | None = None  # null = max_tokens
+    max_sentences_valid: int | None = None  # null = max_sentences
+    shuffle: bool = True  # reshuffle the frozen train batches every epoch (seed + epoch)

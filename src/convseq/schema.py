@@ -1,0 +1,121 @@
+"""The structured-config schema behind conf/: unknown keys and wrong types fail at composition.
+
+`register_configs()` stores the root schema in Hydra's ConfigStore as `config_schema`;
+conf/config.yaml extends it explicitly in its defaults list, so every group option (a YAML file
+under conf/<group>/) is merged onto a typed node and checked by Hydra itself.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from convseq.data.config import BatchingConfig, DataConfig
+from convseq.models.config import FConvConfig
+
+TASKS = ("preprocess", "train")  # grows as tasks land: generate, interactive, report, ...
+
+
+@dataclass
+class PathsConfig:
+    """Where data is read and artefacts are written (all resolved to absolute paths)."""
+
+    data_root: str = MISSING  # parent of corpus folders ($CONVSEQ_DATA_ROOT, else ./data)
+    cache_dir: str = MISSING  # generated corpora and data-bins ($CONVSEQ_CACHE, else user cache)
+    output_dir: str = MISSING  # this run's own folder (Hydra's output dir)
+
+
+@dataclass
+class OptimConfig:
+    """The optimiser (conf/optim): NAG as fairseq defines it, plain SGD, or Adam."""
+
+    name: str = "nag"  # nag | sgd | adam
+    lr: float = 0.25
+    momentum: float = 0.99  # nag, sgd
+    weight_decay: float = 0.0
+    clip_norm: float = 0.1  # clip the gradient norm to this (0 = off)
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
+    eps: float = 1e-8  # adam
+
+
+@dataclass
+class AnnealConfig:
+    """The learning-rate annealing strategy (conf/anneal)."""
+
+    name: str = "plateau"  # plateau | force | lua | none
+    lr_shrink: float = 0.1  # lr *= lr_shrink at each annealing step
+    lr_threshold: float = 1e-4  # plateau: relative improvement that counts as better
+    patience: int = 0  # plateau: bad validations tolerated before shrinking
+    force_anneal: int | None = None  # force: first annealed epoch (1-based)
+    min_epoch_to_anneal: int = 0  # lua: never shrink before this epoch
+    min_lr: float = 1e-5  # stop training once lr falls below this
+
+
+@dataclass
+class CriterionConfig:
+    """The training loss (label-smoothed cross entropy; epsilon 0 = plain cross entropy)."""
+
+    label_smoothing: float = 0.0
+    normalize: str = "tokens"  # tokens | sentences: what gradients are divided by
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments passed to pytorch_lightning.Trainer (a subset; see conf/trainer)."""
+
+    accelerator: str = "cpu"  # cpu | gpu | auto
+    devices: Any = 1  # number of devices or a list of ids
+    num_nodes: int = 1
+    strategy: str = "auto"  # auto | ddp | ddp_spawn
+    precision: str = "32-true"  # 32-true | bf16-mixed | 16-mixed
+    max_epochs: int = 100  # fairseq's --max-epoch
+    max_time: str | None = None  # "DD:HH:MM:SS": stop after this wall time
+    accumulate_grad_batches: int = 1  # fairseq's --update-freq
+    check_val_every_n_epoch: int = 1
+    log_every_n_steps: int = 50
+    limit_train_batches: float | None = None
+    limit_val_batches: float | None = None
+    num_sanity_val_steps: int = 0
+    fast_dev_run: bool = False
+    enable_progress_bar: bool = True
+    deterministic: bool = False
+
+
+@dataclass
+class Config:
+    """The root of every composed configuration."""
+
+    task: str = "train"  # preprocess | train
+    seed: int = 1  # fairseq's --seed: model init, batch order (seed + epoch)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    model: FConvConfig = field(default_factory=FConvConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    anneal: AnnealConfig = field(default_factory=AnnealConfig)
+    criterion: CriterionConfig = field(default_factory=CriterionConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ckpt: str | None = None  # a checkpoint to load (generate, resume=PATH)
+
+
+def default_cache_dir() -> str:
+    """The per-user cache folder: $XDG_CACHE_HOME/convseq, else ~/.cache/convseq."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "convseq")
+
+
+def _abspath(path: str) -> str:
+    return str(Path(os.path.expanduser(str(path))).absolute())
+
+
+def register_configs() -> None:
+    """Register the schema and resolvers; idempotent, call before composing conf/."""
+    for name, fn in (("abspath", _abspath), ("convseq_user_cache", default_cache_dir)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+    ConfigStore.instance().store(name="config_schema", node=Config)
