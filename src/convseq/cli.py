@@ -1,0 +1,71 @@
+"""What `python run.py task=...` does: one function per task, over a plain (resolved) config dict.
+
+run.py stays a thin `@hydra.main`; everything here takes plain values so that tests and notebooks
+can call it without Hydra.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from convseq.errors import ConvseqError
+from convseq.schema import TASKS
+
+
+def to_plain(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Resolve every interpolation and return plain dicts/lists (never OmegaConf objects)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
+    return cfg
+
+
+def run_preprocess(cfg: dict[str, Any]) -> Path:
+    """Build (or reuse) the data-bin of `cfg["data"]` in the shared cache; return its folder."""
+    from convseq.data.preprocess import prepare_databin
+
+    path = prepare_databin(cfg["data"], cfg["paths"]["cache_dir"])
+    print(f"data-bin ready: {path}")
+    return path
+
+
+def run_train(cfg: dict[str, Any]) -> None:
+    """Train a model. Until the training loop exists, prepare the data and say what is missing."""
+    path = run_preprocess(cfg)
+    try:
+        import convseq.train  # noqa: F401  (lands with the training loop)
+    except ImportError:
+        print(
+            "convseq: the data is prepared "
+            f"({path}), but this version has no training loop yet: `task=train` stops here.\n"
+            "Available now: `task=preprocess`. Training, generation and BLEU come in later versions.",
+            file=sys.stderr,
+        )
+        return None
+    return convseq.train.train(cfg)  # pragma: no cover - replaced when training lands
+
+
+TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "preprocess": run_preprocess,
+    "train": run_train,
+}
+assert set(TASK_FUNCTIONS) == set(TASKS)
+
+
+def dispatch(cfg: DictConfig | dict) -> Any:
+    """Run `cfg.task`; a ConvseqError (bad input) is printed as one clear line, exit status 2."""
+    plain = to_plain(cfg)
+    task = plain["task"]
+    if task not in TASK_FUNCTIONS:
+        raise SystemExit(
+            f"convseq: unknown task={task!r}; choose one of: {', '.join(sorted(TASK_FUNCTIONS))}"
+        )
+    try:
+        return TASK_FUNCTIONS[task](plain)
+    except ConvseqError as e:
+        print(f"convseq: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
