@@ -2,24 +2,60 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from convseq.errors import ConvseqError
 
 
 @dataclass
 class FConvConfig:
-    """fairseq's fconv arguments, with fairseq's names and its base-architecture defaults."""
+    """fairseq's fconv arguments, with fairseq's names and its base-architecture defaults.
+
+    The layer specifications are typed ``Any`` because they may be fairseq's string form or a
+    (YAML) list; `convseq.models.spec` reads both.
+    """
 
     arch: str = "fconv"  # preset name, for display and checkpoints
-    dropout: float = 0.1
-    encoder_embed_dim: int = 512
+    dropout: float = 0.1  # fairseq's --dropout (no preset sets it; the recipes pass 0.1-0.2)
+    encoder_embed_dim: int = 512  # token and position embedding size of the encoder
     encoder_layers: Any = (
         "[(512, 3)] * 20"  # list of [channels, kernel(, residual)] or fairseq's string
     )
-    decoder_embed_dim: int = 512
-    decoder_layers: Any = "[(512, 3)] * 20"
-    decoder_out_embed_dim: int = 256
+    decoder_embed_dim: int = 512  # token and position embedding size of the decoder
+    decoder_layers: Any = "[(512, 3)] * 20"  # same forms as encoder_layers
+    decoder_out_embed_dim: int = 256  # fc2's output size, fed to the vocabulary projection fc3
     decoder_attention: Any = True  # a bool for every layer, or one bool per layer
-    share_input_output_embed: bool = False
+    share_input_output_embed: bool = False  # tie fc3 to the decoder embeddings (needs out = embed)
     max_source_positions: int = 1024  # rows of the positional table (usable: 1024 - pad - 1 = 1022)
     max_target_positions: int = 1024
+
+
+class ModelConfigError(ConvseqError, ValueError):
+    """The model configuration has an unknown key or a value of the wrong kind."""
+
+
+def as_fconv_config(cfg: FConvConfig | DictConfig | Mapping[str, Any]) -> FConvConfig:
+    """An FConvConfig from a dataclass, a DictConfig or a plain dict with its keys.
+
+    Missing keys take the base-architecture defaults; unknown keys are refused by name.
+    """
+    if isinstance(cfg, FConvConfig):
+        return cfg
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError(
+            f"model config: expected an FConvConfig, a DictConfig or a dict, got {type(cfg)}"
+        )
+    known = {f.name for f in dataclasses.fields(FConvConfig)}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ModelConfigError(
+            f"model config: unknown key(s) {unknown}; the keys are {sorted(known)}"
+        )
+    return FConvConfig(**dict(cfg))
