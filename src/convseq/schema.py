@@ -50,7 +50,7 @@ class AnnealConfig:
     name: str = "plateau"  # plateau | force | lua | none
     lr_shrink: float = 0.1  # lr *= lr_shrink at each annealing step
     lr_threshold: float = 1e-4  # plateau: relative improvement that counts as better
-    patience: int = 0  # plateau: bad validations tolerated before shrinking
+    lr_patience: int = 0  # plateau: bad validations tolerated before shrinking
     force_anneal: int | None = None  # force: first annealed epoch (1-based)
     min_epoch_to_anneal: int = 0  # lua: never shrink before this epoch
     min_lr: float = 1e-5  # stop training once lr falls below this
