@@ -1,0 +1,400 @@
+"""The synthetic language pair behind `data=toy`: its lexicon and its grammar.
+
+The source side is English-like; the target side is an invented language built from syllables.
+Both are made by one small probabilistic grammar, so each target sentence is a function of its
+source sentence (no synonyms, no free choices), yet the target differs from a word-by-word gloss:
+
+- word order: subject-object-verb in every clause (source: subject-verb-object), adjectives after
+  their noun, a preverbal adverb moves with the verb, the negation particle follows the adverb;
+- agreement: determiners, adjectives and the relative pronoun take the noun's gender and number,
+  nouns take nominative (subject) or accusative (object, after a preposition) case, verbs take
+  the subject's person and number and the tense (from "did", "does" or the verb form itself).
+
+Every target word is aligned to exactly one source word ("does"/"do"/"did" have none), which
+the tests use to measure reordering and agreement.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+# -- source lexicon (fixed) ---------------------------------------------------------------------
+# "sg:pl" where the plural is irregular, otherwise the plural takes -s / -es / -ies.
+_NOUNS = """
+dog cat horse bird cow goat pig rabbit fox wolf:wolves bear lion tiger duck frog snake monkey owl
+eagle shark teacher student doctor farmer baker king queen soldier sailor child:children
+woman:women man:men boy girl friend neighbor driver singer painter writer nurse pilot judge
+thief:thieves book letter table chair door window house car boat train bike apple bread cake cup
+glass bottle box ball hat coat shoe key knife:knives plate spoon lamp clock phone map picture song
+story flower tree stone river lake hill road bridge garden park city village market school church
+shop field forest beach island gift ring candle basket blanket rope wheel egg shirt pencil bed wall
+tower castle
+""".split()
+_ADJECTIVES = """
+big small old young red blue green black white happy sad tall short heavy quiet loud new cold warm
+dark clean dirty rich poor strong weak kind angry brave clever lazy hungry tired famous strange
+beautiful soft round empty
+""".split()
+# "base:past" where the past is irregular, otherwise the past takes -ed / -d / -ied.
+_TRANSITIVE = """
+see:saw watch find:found like love help follow carry take:took bring:brought buy:bought sell:sold
+paint build:built open close kick hold:held push pull call visit meet:met know:knew want need
+keep:kept lose:lost hide:hid catch:caught throw:threw draw:drew wash fix chase feed:fed teach:taught
+""".split()
+_INTRANSITIVE = "sleep:slept run:ran walk swim:swam sing:sang dance laugh cry jump wait smile work play fall:fell sit:sat".split()  # noqa: E501
+_ADVERBS = """
+often always sometimes usually rarely quickly slowly quietly happily suddenly also still already
+really carefully
+""".split()
+_PREPOSITIONS = "in on under near behind with without from to for".split()
+_CONJUNCTIONS = "and but because while when".split()
+# Determiners: (singular form or "", plural form or ""); "" = no such number.
+_DETERMINERS = (
+    ("the", "the"),
+    ("a", ""),
+    ("this", "these"),
+    ("every", ""),
+    ("", "some"),
+    ("", "two"),
+    ("", "three"),
+    ("", "many"),
+)
+# Pronouns: (subject, object, agreement class); classes: 0=1sg 1=2sg 2=3sg 3=plural.
+_PRONOUNS = (
+    ("i", "me", 0),
+    ("you", "you", 1),
+    ("he", "him", 2),
+    ("she", "her", 2),
+    ("we", "us", 3),
+    ("they", "them", 3),
+)
+
+# -- target morphology (fixed suffixes on generated stems) --------------------------------------
+SG, PL = 0, 1
+NOM, ACC = 0, 1
+# Noun endings [gender][number][case]; agreeing words (determiners, adjectives, the relative
+# pronoun) take [gender][number].
+_NOUN_END = ((("a", "an"), ("i", "in")), (("o", "om"), ("e", "em")))
+_AGREE_END = (("a", "i"), ("o", "e"))
+# Verb endings [tense][agreement class]: tense 0 = present, 1 = past.
+_VERB_END = (("u", "es", "et", "en"), ("avu", "aves", "avet", "aven"))
+
+_ONSETS = "b d f g h k l m n p r s t v z".split()
+_VOWELS = "a e i o u".split()
+_CODAS = "k l m n r s t".split()
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def _third_singular(verb: str) -> str:
+    if verb.endswith(("s", "x", "ch", "sh", "o")):
+        return verb + "es"
+    if verb.endswith("y") and verb[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def _past(verb: str) -> str:
+    if verb.endswith("e"):
+        return verb + "d"
+    if verb.endswith("y") and verb[-2] not in "aeiou":
+        return verb[:-1] + "ied"
+    return verb + "ed"
+
+
+def _split(entry: str, regular) -> tuple[str, str]:
+    head, _, irregular = entry.partition(":")
+    return head, irregular or regular(head)
+
+
+@dataclass(frozen=True)
+class Noun:
+    sg: str
+    pl: str
+    gender: int
+    forms: tuple[tuple[str, str], tuple[str, str]]  # [number][case]
+
+
+@dataclass(frozen=True)
+class Agreeing:
+    """A word that takes the gender and number of a noun (adjective, determiner, relative)."""
+
+    sg: str  # source form with a singular noun ("" = none)
+    pl: str  # source form with a plural noun ("" = none)
+    forms: tuple[tuple[str, str], tuple[str, str]]  # [gender][number]
+
+
+@dataclass(frozen=True)
+class Verb:
+    base: str
+    third: str  # present, 3rd person singular
+    past: str
+    transitive: bool
+    forms: tuple[tuple[str, ...], tuple[str, ...]]  # [tense][agreement class]
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Both vocabularies of one seed; target stems are drawn from syllables with that seed."""
+
+    nouns: tuple[Noun, ...]
+    adjectives: tuple[Agreeing, ...]
+    determiners: tuple[Agreeing, ...]
+    relative: Agreeing  # source "that"
+    transitive: tuple[Verb, ...]
+    intransitive: tuple[Verb, ...]
+    pronouns: tuple[tuple[str, str, int, str, str], ...]  # src subj, src obj, class, tgt subj, obj
+    adverbs: tuple[tuple[str, str], ...]
+    prepositions: tuple[tuple[str, str], ...]
+    conjunctions: tuple[tuple[str, str], ...]
+    negation: tuple[str, str]  # ("not", target particle)
+
+
+class _StemMaker:
+    """Draws pseudo-word stems whose every inflected form is new to the target vocabulary."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.used: set[str] = set()  # membership only: never iterated, so order cannot leak
+
+    def take(self, syllables: tuple[int, ...], coda: bool, endings: tuple[str, ...]) -> str:
+        rng = self.rng
+        for _ in range(10_000):
+            n = rng.choice(syllables)
+            stem = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(n))
+            if coda:
+                stem += rng.choice(_CODAS)
+            forms = [stem + e for e in endings]
+            if len(set(forms)) == len(forms) and not any(f in self.used for f in forms):
+                self.used.update(forms)
+                return stem
+        raise RuntimeError("toy lexicon: ran out of pseudo-word stems")
+
+
+def _flat(table) -> tuple[str, ...]:
+    return tuple(e for row in table for e in (_flat(row) if isinstance(row, tuple) else (row,)))
+
+
+@lru_cache(maxsize=8)
+def build_lexicon(seed: int = 1) -> Lexicon:
+    """The lexicon of `seed`: fixed source words, target stems and noun genders drawn from it."""
+    rng = random.Random(f"convseq-toy-lexicon:{seed}")  # str seeds hash with sha512: stable
+    maker = _StemMaker(rng)
+    agree_ends = _flat(_AGREE_END)
+
+    def agreeing(sg: str, pl: str, syllables: tuple[int, ...]) -> Agreeing:
+        stem = maker.take(syllables, True, agree_ends)
+        return Agreeing(sg, pl, tuple(tuple(stem + e for e in row) for row in _AGREE_END))
+
+    def word(syllables: tuple[int, ...]) -> str:
+        return maker.take(syllables, False, ("",))
+
+    # Function words first (short stems), then content words.
+    determiners = tuple(agreeing(sg, pl, (1,)) for sg, pl in _DETERMINERS)
+    relative = agreeing("that", "that", (1,))
+    pronouns = []
+    for subj, obj, cls in _PRONOUNS:
+        stem = maker.take((1,), False, ("", "m"))
+        pronouns.append((subj, obj, cls, stem, stem + "m"))
+    prepositions = tuple((p, word((1, 2))) for p in _PREPOSITIONS)
+    conjunctions = tuple((c, word((1, 2))) for c in _CONJUNCTIONS)
+    negation = ("not", word((1,)))
+    adverbs = tuple((a, word((2, 3))) for a in _ADVERBS)
+
+    nouns = []
+    for entry in _NOUNS:
+        sg, pl = _split(entry, _plural)
+        gender = rng.randrange(2)
+        stem = maker.take((1, 2), True, _flat(_NOUN_END[gender]))
+        forms = tuple(tuple(stem + e for e in by_case) for by_case in _NOUN_END[gender])
+        nouns.append(Noun(sg, pl, gender, forms))
+    adjectives = tuple(agreeing(a, a, (1, 2)) for a in _ADJECTIVES)
+
+    def verbs(entries: list[str], transitive: bool) -> tuple[Verb, ...]:
+        out = []
+        for entry in entries:
+            base, past = _split(entry, _past)
+            stem = maker.take((1, 2), True, _flat(_VERB_END))
+            forms = tuple(tuple(stem + e for e in row) for row in _VERB_END)
+            out.append(Verb(base, _third_singular(base), past, transitive, forms))
+        return tuple(out)
+
+    return Lexicon(
+        nouns=tuple(nouns),
+        adjectives=adjectives,
+        determiners=determiners,
+        relative=relative,
+        transitive=verbs(_TRANSITIVE, True),
+        intransitive=verbs(_INTRANSITIVE, False),
+        pronouns=tuple(pronouns),
+        adverbs=adverbs,
+        prepositions=prepositions,
+        conjunctions=conjunctions,
+        negation=negation,
+    )
+
+
+# -- grammar --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToyPair:
+    """One sentence pair with its word alignment."""
+
+    src: tuple[str, ...]
+    tgt: tuple[str, ...]
+    align: tuple[int, ...]  # source position of each target word (-1: none)
+
+
+class _W:
+    """A word of both sides at once: its source form and target form (None: absent there)."""
+
+    __slots__ = ("src", "tgt")
+
+    def __init__(self, src: str | None, tgt: str | None):
+        self.src = src
+        self.tgt = tgt
+
+
+# Determiner indices into Lexicon.determiners with their weights, by number.
+_DET_SG = ((0, 1, 2, 3), (55, 25, 12, 8))
+_DET_PL = ((0, 2, 4, 5, 6, 7), (55, 15, 12, 6, 5, 7))
+MAX_LEN = 30
+MIN_LEN = 3
+
+
+class _Sampler:
+    """Draws phrases as (source words, target words, agreement class)."""
+
+    def __init__(self, lex: Lexicon, rng: random.Random):
+        self.lex = lex
+        self.rng = rng
+
+    def pronoun(self, case: int) -> tuple[list[_W], list[_W], int]:
+        subj, obj, cls, t_subj, t_obj = self.rng.choice(self.lex.pronouns)
+        w = _W(subj, t_subj) if case == NOM else _W(obj, t_obj)
+        return [w], [w], cls
+
+    def noun_phrase(self, case: int, rel: float = 0.0, pp: float = 0.0):
+        rng, lex = self.rng, self.lex
+        number = PL if rng.random() < 0.4 else SG
+        idx, weights = _DET_PL if number == PL else _DET_SG
+        det = lex.determiners[rng.choices(idx, weights)[0]]
+        noun = rng.choice(lex.nouns)
+        g = noun.gender
+        n_adj = rng.choices((0, 1, 2), (50, 38, 12))[0]
+        adjs = rng.sample(lex.adjectives, n_adj)
+        w_det = _W(det.pl if number == PL else det.sg, det.forms[g][number])
+        w_noun = _W(noun.pl if number == PL else noun.sg, noun.forms[number][case])
+        w_adjs = [_W(a.sg, a.forms[g][number]) for a in adjs]
+        src = [w_det, *w_adjs, w_noun]  # source: determiner adjectives noun
+        tgt = [w_det, w_noun, *w_adjs]  # target: determiner noun adjectives
+        cls = 3 if number == PL else 2
+        u = rng.random()
+        if u < rel:  # subject relative clause, verb-final in the target
+            w_rel = _W("that", lex.relative.forms[g][number])
+            r_src, r_tgt = self.predicate(cls, pps=False)
+            src += [w_rel, *r_src]
+            tgt += [w_rel, *r_tgt]
+        elif u < rel + pp:
+            p_src, p_tgt = self.prep_phrase()
+            src += p_src
+            tgt += p_tgt
+        return src, tgt, cls
+
+    def prep_phrase(self) -> tuple[list[_W], list[_W]]:
+        prep, t_prep = self.rng.choice(self.lex.prepositions)
+        if self.rng.random() < 0.1:
+            src, tgt, _ = self.pronoun(ACC)
+        else:
+            src, tgt, _ = self.noun_phrase(ACC)
+        w = _W(prep, t_prep)
+        return [w, *src], [w, *tgt]
+
+    def predicate(self, cls: int, pps: bool) -> tuple[list[_W], list[_W]]:
+        """Verb group, object and prepositional phrases of a clause whose subject has `cls`."""
+        rng, lex = self.rng, self.lex
+        transitive = rng.random() < 0.7
+        verb = rng.choice(lex.transitive if transitive else lex.intransitive)
+        past = rng.random() < 0.5
+        form = verb.forms[int(past)][cls]
+        adv = [_W(*rng.choice(lex.adverbs))] if rng.random() < 0.25 else []
+        if rng.random() < 0.15:  # do-support: "does not (adv) see" -> "(adv) NEG seet"
+            aux = "did" if past else ("does" if cls == 2 else "do")
+            w_not = _W("not", lex.negation[1])
+            w_verb = _W(verb.base, form)
+            v_src = [_W(aux, None), w_not, *adv, w_verb]
+            v_tgt = [*adv, w_not, w_verb]
+        else:
+            surface = verb.past if past else (verb.third if cls == 2 else verb.base)
+            w_verb = _W(surface, form)
+            v_src = [*adv, w_verb]
+            v_tgt = [*adv, w_verb]
+        o_src: list[_W] = []
+        o_tgt: list[_W] = []
+        if transitive:
+            if rng.random() < 0.15:
+                o_src, o_tgt, _ = self.pronoun(ACC)
+            else:
+                o_src, o_tgt, _ = self.noun_phrase(ACC)
+        p_src: list[_W] = []
+        p_tgt: list[_W] = []
+        if pps:
+            for _ in range(rng.choices((0, 1, 2), (60, 32, 8))[0]):
+                s, t = self.prep_phrase()
+                p_src += s
+                p_tgt += t
+        # source: verb object PPs; target: object verb PPs
+        return v_src + o_src + p_src, o_tgt + v_tgt + p_tgt
+
+    def clause(self) -> tuple[list[_W], list[_W]]:
+        rng = self.rng
+        u = rng.random()
+        if u < 0.4:
+            s_src, s_tgt, cls = self.pronoun(NOM)
+        elif u < 0.46:  # coordinated subject: plural agreement
+            a_src, a_tgt, _ = self.noun_phrase(NOM)
+            b_src, b_tgt, _ = self.noun_phrase(NOM)
+            w_and = _W(*self.lex.conjunctions[0])
+            s_src, s_tgt, cls = a_src + [w_and] + b_src, a_tgt + [w_and] + b_tgt, 3
+        else:
+            s_src, s_tgt, cls = self.noun_phrase(NOM, rel=0.15, pp=0.08)
+        p_src, p_tgt = self.predicate(cls, pps=True)
+        return s_src + p_src, s_tgt + p_tgt
+
+    def sentence(self) -> tuple[list[_W], list[_W]]:
+        src, tgt = self.clause()
+        if self.rng.random() < 0.33:
+            w = _W(*self.rng.choice(self.lex.conjunctions))
+            src2, tgt2 = self.clause()
+            src, tgt = src + [w] + src2, tgt + [w] + tgt2
+        return src, tgt
+
+
+def generate_pairs(seed: int = 1, n: int | None = None):
+    """Yield `n` (all if None: endless) sentence pairs of `seed`, duplicates included.
+
+    Each pair has 3..30 words on both sides; the stream depends on `seed` only.
+    """
+    lex = build_lexicon(seed)
+    sampler = _Sampler(lex, random.Random(f"convseq-toy-corpus:{seed}"))
+    made = 0
+    while n is None or made < n:
+        src_w, tgt_w = sampler.sentence()
+        src = [w for w in src_w if w.src is not None]
+        tgt = [w for w in tgt_w if w.tgt is not None]
+        if not (MIN_LEN <= len(src) <= MAX_LEN and MIN_LEN <= len(tgt) <= MAX_LEN):
+            continue
+        pos = {id(w): i for i, w in enumerate(src)}  # lookups only
+        yield ToyPair(
+            src=tuple(w.src for w in src),
+            tgt=tuple(w.tgt for w in tgt),
+            align=tuple(pos.get(id(w), -1) for w in tgt),
+        )
+        made += 1
