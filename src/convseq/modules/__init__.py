@@ -1,0 +1,1 @@
+"""fconv's building blocks: embeddings, TBC and causal convolutions, attention, weight norm."""

@@ -1,0 +1,230 @@
+"""The fconv decoder: causal gated convolutions with multi-step attention, and the vocabulary head."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from convseq.models.config import ModelConfigError
+from convseq.models.encoder import EncoderOut
+from convseq.models.spec import LayerSpec
+from convseq.modules.attention import AttentionLayer
+from convseq.modules.fconv_init import embedding, linear, linearized_conv1d, positional_embedding
+from convseq.modules.linearized_conv import IncrementalState
+
+SQRT_HALF = math.sqrt(0.5)
+
+EncoderCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # keys, values, mask
+
+
+class FConvDecoder(nn.Module):
+    """fairseq's FConvDecoder (right-padded, EOS-first input; incremental decoding).
+
+    The layout follows ``incremental_state``, never ``self.training`` (a validation loss in
+    eval mode is still teacher-forced): time-major (T, B, C) over a full sequence, (B, 1, C)
+    for one incremental step.
+
+    Args:
+        num_embeddings: target vocabulary size (the dictionary's length, padding included).
+        embed_dim: token and position embedding size E.
+        out_embed_dim: fc2's output size D (input of the vocabulary projection fc3).
+        layers: one ``(channels, kernel, residual)`` per layer (`convseq.models.spec`).
+        attention: one bool per layer: whether the layer attends over the source.
+        dropout: dropout probability (after the embeddings, before every conv, after fc2).
+        max_positions: rows of the position table (usable length: rows - pad - 1).
+        share_embed: tie fc3's weight to the token embeddings (needs D == E).
+        padding_idx: the pad symbol.
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embed_dim: int,
+        out_embed_dim: int,
+        layers: Sequence[LayerSpec],
+        attention: Sequence[bool],
+        dropout: float,
+        max_positions: int = 1024,
+        share_embed: bool = False,
+        padding_idx: int = 1,
+    ):
+        super().__init__()
+        # fairseq's state-dict version: 2 = conv weight norm over the output channels (dim 2)
+        self.register_buffer("version", torch.Tensor([2]))
+        self.dropout = dropout
+        self.padding_idx = padding_idx
+        self.need_attn = True  # average the attention weights in eval mode
+        self.layer_specs = tuple(layers)
+        if len(attention) != len(self.layer_specs):
+            raise ModelConfigError(
+                f"model.decoder_attention: {len(attention)} entries for "
+                f"{len(self.layer_specs)} decoder layers"
+            )
+        self._cache_key = f"{uuid.uuid4().hex}.encoder_out"
+
+        self.embed_tokens = embedding(num_embeddings, embed_dim, padding_idx)
+        self.embed_positions = positional_embedding(max_positions, embed_dim, padding_idx)
+
+        in_channels = self.layer_specs[0][0]
+        self.fc1 = linear(embed_dim, in_channels, dropout=dropout)
+        self.projections = nn.ModuleList()
+        self.convolutions = nn.ModuleList()
+        self.attention = nn.ModuleList()
+        self.residuals: list[int] = []
+        layer_in_channels = [in_channels]
+        for (out_channels, kernel, residual), attends in zip(
+            self.layer_specs, attention, strict=True
+        ):
+            residual_dim = out_channels if residual == 0 else layer_in_channels[-residual]
+            self.projections.append(
+                linear(residual_dim, out_channels) if residual_dim != out_channels else None
+            )
+            self.convolutions.append(
+                linearized_conv1d(in_channels, out_channels * 2, kernel, dropout=dropout)
+            )
+            self.attention.append(AttentionLayer(out_channels, embed_dim) if attends else None)
+            self.residuals.append(residual)
+            in_channels = out_channels
+            layer_in_channels.append(out_channels)
+
+        self.fc2 = linear(in_channels, out_embed_dim)
+        if share_embed:
+            if out_embed_dim != embed_dim:
+                raise ModelConfigError(
+                    "model.share_input_output_embed needs decoder_out_embed_dim == "
+                    f"decoder_embed_dim, got {out_embed_dim} and {embed_dim}"
+                )
+            # fairseq: a plain Linear (no weight norm, default bias init) tied to the embeddings
+            self.fc3 = nn.Linear(out_embed_dim, num_embeddings)
+            self.fc3.weight = self.embed_tokens.weight
+        else:
+            self.fc3 = linear(out_embed_dim, num_embeddings, dropout=dropout)
+
+    def forward(
+        self,
+        prev_output_tokens: torch.Tensor,
+        encoder_out: EncoderOut,
+        incremental_state: IncrementalState | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits for every position (teacher forcing) or for the newest one (incremental).
+
+        Args:
+            prev_output_tokens: (B, T) EOS-first, right-padded target prefix. In incremental
+                mode, the whole prefix so far (its length gives the position); only its last
+                token is read.
+            encoder_out: the encoder's output for these rows. In incremental mode it is read
+                on the first step only and cached (reordered with the state afterwards).
+            incremental_state: a dict owned by the caller, empty at the first step.
+
+        Returns:
+            (B, T, V) logits (T = 1 in incremental mode) and the (B, T, S) attention averaged
+            over layers in eval mode when ``need_attn``, else None.
+        """
+        features, attn = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        return self.output_layer(features), attn
+
+    def extract_features(
+        self,
+        prev_output_tokens: torch.Tensor,
+        encoder_out: EncoderOut,
+        incremental_state: IncrementalState | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The convolution stack's output, (B, T, C_last), and the averaged attention."""
+        incremental = incremental_state is not None
+        keys, values, mask = self._encoder_cache(encoder_out, incremental_state)
+
+        positions = self.embed_positions(prev_output_tokens, incremental=incremental)
+        if incremental:
+            prev_output_tokens = prev_output_tokens[:, -1:]  # (B, 1)
+        x = self.embed_tokens(prev_output_tokens) + positions  # (B, T, E)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        target_embedding = x  # (B, T, E), shared by every attention layer
+        x = self.fc1(x)  # (B, T, C0)
+        if not incremental:
+            x = x.transpose(0, 1)  # (T, B, C0): time-major for conv_tbc
+
+        avg_attn = None
+        num_layers = len(self.attention)  # fairseq divides by all layers, attending or not
+        residuals = [x]
+        for proj, conv, attention, res in zip(
+            self.projections, self.convolutions, self.attention, self.residuals, strict=True
+        ):
+            if res > 0:
+                residual = residuals[-res]
+                residual = residual if proj is None else proj(residual)
+            else:
+                residual = None
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, incremental_state)  # (T, B, 2C) or (B, 1, 2C)
+            x = F.glu(x, dim=2)  # first half values, second half gates
+            if attention is not None:
+                if not incremental:
+                    x = x.transpose(0, 1)  # (B, T, C)
+                x, attn = attention(x, target_embedding, (keys, values), mask)
+                if not self.training and self.need_attn:
+                    attn = attn / num_layers  # (B, T, S)
+                    avg_attn = attn if avg_attn is None else avg_attn + attn
+                if not incremental:
+                    x = x.transpose(0, 1)  # (T, B, C)
+            if residual is not None:
+                x = (x + residual) * SQRT_HALF
+            residuals.append(x)
+
+        if not incremental:
+            x = x.transpose(0, 1)  # (B, T, C_last)
+        return x, avg_attn
+
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        """fc2, dropout, fc3: (B, T, C_last) -> (B, T, V) logits."""
+        x = self.fc2(features)  # (B, T, D)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.fc3(x)  # (B, T, V)
+
+    def _encoder_cache(
+        self, encoder_out: EncoderOut, incremental_state: IncrementalState | None
+    ) -> EncoderCache:
+        """Keys pre-transposed to (B, E, S) for the attention bmm, values (B, S, E), mask.
+
+        Cached in the incremental state, so generation transposes once per sentence.
+        """
+        if incremental_state is not None:
+            cached = incremental_state.get(self._cache_key)
+            if cached is not None:
+                return cached
+        x, y = encoder_out["encoder_out"]
+        result = (x.transpose(1, 2).contiguous(), y, encoder_out["encoder_padding_mask"])
+        if incremental_state is not None:
+            incremental_state[self._cache_key] = result
+        return result
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: torch.Tensor
+    ) -> None:
+        """Make row i continue row ``new_order[i]``: conv buffers and the cached encoder output.
+
+        ``new_order`` may repeat rows (beam expansion) or drop them (finished sentences).
+        """
+        for conv in self.convolutions:
+            conv.reorder_incremental_state(incremental_state, new_order)
+        cached = incremental_state.get(self._cache_key)
+        if cached is not None:
+            incremental_state[self._cache_key] = tuple(
+                None if t is None else t.index_select(0, new_order) for t in cached
+            )
+
+    def get_normalized_probs(
+        self, net_output: tuple[torch.Tensor, object] | torch.Tensor, log_probs: bool = True
+    ) -> torch.Tensor:
+        """(Log-)probabilities from the decoder's output, computed in fp32."""
+        logits = net_output[0] if isinstance(net_output, tuple) else net_output
+        logits = logits.float()
+        return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
+
+    def max_positions(self) -> int:
+        """The longest target (in tokens, EOS included) the position table can number."""
+        return self.embed_positions.max_positions
