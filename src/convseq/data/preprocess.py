@@ -161,16 +161,8 @@ def ensure_databin(
     data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str, progress: bool = True
 ) -> tuple[Path, bool]:
     """Like `prepare_databin`, but also says whether this call built the data-bin."""
-    cfg = as_data_config(data_cfg)
-    if cfg.generator == "toy":
-        from convseq.data.toy import write_toy_corpus  # imported lazily: optional at import time
-
-        write_toy_corpus(Path(cfg.dir).expanduser().absolute(), seed=cfg.generator_seed)
-    paths = input_paths(cfg)
-    checksums = {_input_id(cfg, role, side): file_sha256(p) for (role, side), p in paths.items()}
-    key = databin_key(cfg, checksums)
-    root = Path(cache_dir).expanduser().absolute() / "databin"
-    final = root / f"{cfg.name}-{cfg.src_lang}-{cfg.tgt_lang}-{key[:12]}"
+    cfg, paths, checksums, key, final = _locate(data_cfg, cache_dir)
+    root = final.parent
     if _usable(final, key):
         log.info("reusing data-bin %s", final)
         return final, False
@@ -198,6 +190,29 @@ def ensure_databin(
         lock.release()
     print(format_summary(final, meta), flush=True)
     return final, True
+
+
+def databin_path(data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str) -> Path:
+    """Where `prepare_databin` puts (or finds) this corpus's data-bin; builds nothing.
+
+    Runs the corpus generator if the config has one: the key hashes the input files.
+    """
+    return _locate(data_cfg, cache_dir)[4]
+
+
+def _locate(data_cfg, cache_dir: str):
+    """The validated config, input paths, their checksums, the key and the data-bin folder."""
+    cfg = as_data_config(data_cfg)
+    if cfg.generator == "toy":
+        from convseq.data.toy import write_toy_corpus  # imported lazily: optional at import time
+
+        write_toy_corpus(Path(cfg.dir).expanduser().absolute(), seed=cfg.generator_seed)
+    paths = input_paths(cfg)
+    checksums = {_input_id(cfg, role, side): file_sha256(p) for (role, side), p in paths.items()}
+    key = databin_key(cfg, checksums)
+    root = Path(cache_dir).expanduser().absolute() / "databin"
+    final = root / f"{cfg.name}-{cfg.src_lang}-{cfg.tgt_lang}-{key[:12]}"
+    return cfg, paths, checksums, key, final
 
 
 def _input_id(cfg: DataConfig, role: str, side: str) -> str:

@@ -86,9 +86,10 @@ def read_text_file(path: str | os.PathLike, strip: bool = True) -> TextFile:
     crlf = "\r\n" in text
     if crlf:
         text = text.replace("\r\n", "\n")
-    if text.endswith("\n"):
-        text = text[:-1]
+    # "" has no line; "\n" has one empty line; a missing final newline still ends a line.
     lines = text.split("\n") if text else []
+    if text.endswith("\n"):
+        lines.pop()
     if "\r" in text:
         line = text.count("\n", 0, text.index("\r")) + 1
         raise DataError(
