@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import sys
 import time
 import types
@@ -17,6 +18,7 @@ import pytest
 from filelock import FileLock
 from omegaconf import OmegaConf
 
+import convseq.data.binarize as bz
 import convseq.data.preprocess as pp
 from convseq.data.config import DataConfig
 from convseq.data.databin import DataBin
@@ -371,6 +373,25 @@ def test_concurrent_builders_build_once(tiny):
     DataBin(final).check()
 
 
+def test_lost_rename_race_uses_the_winner(tiny, monkeypatch):
+    # Another machine (whose lock this one cannot see) renames its build into place first.
+    corpus, cache = tiny
+    real_build = pp.build_databin
+
+    def build_then_lose(cfg, paths, checksums, key, out, progress=True):
+        meta = real_build(cfg, paths, checksums, key, out, progress)
+        final = out.parent / out.name.split(".tmp-")[0][1:]
+        shutil.copytree(out, final)
+        (final / "winner").touch()
+        return meta
+
+    monkeypatch.setattr(pp, "build_databin", build_then_lose)
+    path, built = pp.ensure_databin(make_cfg(corpus), str(cache), progress=False)
+    assert not built and (path / "winner").is_file()
+    assert not list(path.parent.glob(".*.tmp-*"))
+    DataBin(path).check()
+
+
 def test_failed_build_leaves_nothing(tiny, monkeypatch):
     corpus, cache = tiny
     calls = []
@@ -381,12 +402,12 @@ def test_failed_build_leaves_nothing(tiny, monkeypatch):
             raise RuntimeError("disk full")
         return write_split(prefix, sentences, vocab_size)
 
-    monkeypatch.setattr(pp, "write_split", failing)
+    monkeypatch.setattr(bz, "write_split", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         pp.prepare_databin(make_cfg(corpus), str(cache), progress=False)
     root = cache / "databin"
     assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
-    monkeypatch.setattr(pp, "write_split", write_split)
+    monkeypatch.setattr(bz, "write_split", write_split)
     path, built = pp.ensure_databin(make_cfg(corpus), str(cache), progress=False)
     assert built and DataBin(path).split("test")[0][0].tolist() == [6, 2]
 
@@ -400,7 +421,7 @@ def _child_crash(cfg: dict, cache: str) -> None:
             os._exit(7)  # killed mid-build: no cleanup runs
         return write_split(prefix, sentences, vocab_size)
 
-    pp.write_split = dying
+    bz.write_split = dying
     pp.prepare_databin(cfg, cache, progress=False)
 
 
@@ -479,7 +500,7 @@ def test_progress_bar_on_large_inputs(tiny, monkeypatch, capfd):
     corpus, cache = tiny
     pp.prepare_databin(make_cfg(corpus), str(cache / "a"), progress=True)
     assert "binarise" not in capfd.readouterr().err  # small: no bar
-    monkeypatch.setattr(pp, "PROGRESS_MIN_LINES", 1)
+    monkeypatch.setattr(bz, "PROGRESS_MIN_LINES", 1)
     pp.prepare_databin(make_cfg(corpus), str(cache / "b"), progress=False)
     assert "binarise" not in capfd.readouterr().err  # bars switched off
     pp.prepare_databin(make_cfg(corpus), str(cache / "c"), progress=True)
