@@ -6,6 +6,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -178,6 +179,10 @@ def test_sentencepiece_joint_bpe_round_trip_and_quiet(tmp_path, capfd):
         np.testing.assert_array_equal(db.encode(splits["valid"][0][i], "src"), vsrc[i])
         assert db.decode(vtgt[i], "tgt") == splits["valid"][1][i]
         assert db.decode(vsrc[i], "src") == splits["valid"][0][i]
+    # A DataBin travels to DataLoader worker processes: the model and arrays come along.
+    clone = pickle.loads(pickle.dumps(db))
+    np.testing.assert_array_equal(clone.split("valid")[0][0], vsrc[0])
+    assert clone.decode(vtgt[0]) == splits["valid"][1][0]
     # Subwords: more tokens than words (every sentence has at least one EOS too).
     n_words = sum(len(s.split()) + 1 for s in splits["valid"][0])
     assert db.meta["splits"]["valid"]["src"]["tokens"] > n_words
