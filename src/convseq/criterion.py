@@ -83,7 +83,7 @@ def label_smoothed_cross_entropy(
     if epsilon > 0.0 and vocab < 2:
         raise ValueError(f"label smoothing needs a vocabulary of at least 2 symbols, got {vocab}")
     # log_softmax in float32 even under bf16/fp16 autocast: the loss sums thousands of terms.
-    lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, vocab)  # (B*T, V)
+    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab)  # (B*T, V)
     flat_target = target.reshape(-1)  # (B*T,)
     loss, nll = label_smoothed_nll_loss(lprobs, flat_target, epsilon, padding_idx)
     ntokens = flat_target.ne(padding_idx).sum()
