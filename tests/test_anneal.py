@@ -164,6 +164,13 @@ def test_lua_min_epoch_to_anneal_delays_and_compares_with_the_previous_loss():
     assert lrs == approx([0.25, 0.25, 0.25, 0.025, 0.0025, 2.5e-4, 2.5e-5])
 
 
+def test_a_nan_validation_loss_counts_as_no_improvement():
+    for name in ("lua", "plateau"):
+        a = Annealer(cfg(name), lr=0.25)
+        a.step(1, 3.0)
+        assert a.step(2, float("nan")) == pytest.approx(0.025, rel=1e-12), name
+
+
 def test_lua_min_epoch_to_anneal_is_the_first_epoch_that_may_shrink():
     vals = [5.0, 4.0, 4.5, 4.6, 4.7]
     # min 3: e3 (4.5 >= 4.0) shrinks; min 4: e3 only becomes the previous loss, e4 shrinks.

@@ -166,7 +166,8 @@ class Annealer:
             if val is not None:
                 self.prev_val = val
             return
-        worse = val is not None and self.prev_val is not None and self.prev_val <= val
+        # prev <= val, written so that a NaN loss also counts as no improvement
+        worse = val is not None and self.prev_val is not None and not val < self.prev_val
         if self.annealing or worse:
             self.lr = self.lr * self.lr_shrink
             self.annealing = True
