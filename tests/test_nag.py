@@ -189,6 +189,11 @@ def test_build_from_composed_config():
         opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg.optim)
         assert type(opt) is cls
         assert opt.defaults["momentum"] == {"nag": 0.99, "sgd": 0.0}[name]
+    adam = build_optimizer(
+        [torch.nn.Parameter(torch.zeros(1))], compose_config(["optim=adam"]).optim
+    )
+    assert type(adam) is torch.optim.AdamW
+    assert adam.defaults["betas"] == (0.9, 0.999) and adam.defaults["lr"] == 0.001
 
 
 def test_build_errors_name_the_key():
