@@ -41,4 +41,3 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "multi30k" / "train.de").is_file():
         pytest.skip(f"shared corpus not found at {SHARED_DATA}")
     return SHARED_DATA
-
