@@ -183,11 +183,26 @@ def _flat(table) -> tuple[str, ...]:
     return tuple(e for row in table for e in (_flat(row) if isinstance(row, tuple) else (row,)))
 
 
+def source_words() -> list[str]:
+    """Every source word form the grammar can produce."""
+    words = ["that", "not", "does", "do", "did"]
+    for entry in _NOUNS:
+        words += _split(entry, _plural)
+    for entry in _TRANSITIVE + _INTRANSITIVE:
+        base, past = _split(entry, _past)
+        words += [base, _third_singular(base), past]
+    words += _ADJECTIVES + _ADVERBS + _PREPOSITIONS + _CONJUNCTIONS
+    words += [w for pair in _DETERMINERS for w in pair if w]
+    words += [w for subj, obj, _ in _PRONOUNS for w in (subj, obj)]
+    return words
+
+
 @lru_cache(maxsize=8)
 def build_lexicon(seed: int = 1) -> Lexicon:
     """The lexicon of `seed`: fixed source words, target stems and noun genders drawn from it."""
     rng = random.Random(f"convseq-toy-lexicon:{seed}")  # str seeds hash with sha512: stable
     maker = _StemMaker(rng)
+    maker.used.update(source_words())  # no target word may look like a source word
     agree_ends = _flat(_AGREE_END)
 
     def agreeing(sg: str, pl: str, syllables: tuple[int, ...]) -> Agreeing:
