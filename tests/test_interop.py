@@ -199,6 +199,21 @@ def test_pre_2018_decoder_weight_norm_is_folded(tmp_path, version):
     np.testing.assert_allclose(_logits(model), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_half_precision_checkpoint_loads_into_fp32(tmp_path):
+    """fairseq --fp16 runs save half tensors; they load into the fp32 model (2017 fold too)."""
+    weights = hand_set_weights(per_tap_decoder=True)
+    keys = fconv_keys_and_shapes(**TINY, decoder_version=None)
+    sd = fconv_state_dict(keys, weights, decoder_version=None)
+    sd = type(sd)((k, v.half()) for k, v in sd.items())
+    path = write_checkpoint(tmp_path / "m.pt", sd, args=fairseq_namespace(TINY_ARGS))
+    _dicts(tmp_path)
+    model, _, _ = load_fairseq(path)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    half_weights = {k: v.float().numpy() for k, v in sd.items()}
+    expected = hand_logits(half_weights, SRC, PREV, per_tap_decoder=True)
+    np.testing.assert_allclose(_logits(model), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_version_2_file_with_per_tap_gains_is_refused(tmp_path):
     weights = hand_set_weights(per_tap_decoder=True)
     sd = fconv_state_dict(
