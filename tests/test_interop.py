@@ -302,6 +302,36 @@ def test_loading_with_only_the_arch_named(tmp_path):
     assert logits.shape == (1, 2, 24)
 
 
+@pytest.mark.parametrize("preset", ["iwslt", "residuals"])
+def test_model_state_dict_has_fairseqs_keys_and_shapes_in_order(preset):
+    """convseq's state dict equals the list written from fairseq's layout (reference 1.7)."""
+    if preset == "iwslt":
+        cfg = dict(arch="fconv_iwslt_de_en", **arch_defaults("fconv_iwslt_de_en"))
+        spec = dict(
+            encoder_embed_dim=256,
+            encoder_layers=[(256, 3)] * 4,
+            decoder_embed_dim=256,
+            decoder_layers=[(256, 3)] * 3,
+            decoder_out_embed_dim=256,
+            attention=[True] * 3,
+        )
+    else:
+        cfg = ROUND_TRIP
+        spec = dict(
+            encoder_embed_dim=6,
+            encoder_layers=ROUND_TRIP["encoder_layers"],
+            decoder_embed_dim=6,
+            decoder_layers=ROUND_TRIP["decoder_layers"],
+            decoder_out_embed_dim=5,
+            attention=[True, False, True],
+            max_source_positions=32,
+            max_target_positions=40,
+        )
+    model = FConvModel.build(cfg, 16, 24)
+    expected = fconv_keys_and_shapes(src_vocab=16, tgt_vocab=24, **spec)
+    assert [(k, tuple(v.shape)) for k, v in model.state_dict().items()] == expected
+
+
 def test_unknown_architecture_is_refused(tmp_path):
     sd = fconv_state_dict(fconv_keys_and_shapes(**TINY))
     path = write_checkpoint(

@@ -99,7 +99,8 @@ def load_fairseq(
         raise CheckpointError(
             f"{path}: no 'model' state dict of tensors (top-level keys: {sorted(state)})"
         )
-    plain = {"args": to_plain(state.get("args")), "cfg": to_plain(state.get("cfg"))}
+    # args and cfg made plain (OmegaConf records -> dicts); other entries as they are
+    plain = {k: to_plain(v) if k in ("args", "cfg") else v for k, v in state.items()}
     try:
         cfg = fconv_config(plain)
     except CheckpointError as e:
@@ -120,6 +121,11 @@ def load_fairseq(
         src, tgt = _guess_languages(folder, model_sd, path)
     dicts = []
     for role, lang in (("source", src), ("target", tgt)):
+        if not isinstance(lang, str) or not _LANG.match(lang):
+            raise CheckpointError(
+                f"{path}: {role} language {lang!r} is not a language code (letters, digits, "
+                "'_', '-', '.'); pass source_lang= and target_lang="
+            )
         dict_path = _dict_path(folder, lang)
         if not dict_path.is_file():
             present = sorted(p.name for p in folder.glob("dict.*.txt")) if folder.is_dir() else []
