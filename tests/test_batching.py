@@ -81,6 +81,16 @@ def test_ordered_indices_sorts_by_source_then_target_and_shuffles_ties():
     assert len(tie_orders) > 1  # the seeded permutation decides the order within ties
 
 
+def test_snake_order_alternates_the_target_direction():
+    src = np.array([1, 1, 2, 2, 3, 3, 5, 5])
+    tgt = np.array([2, 1, 1, 2, 5, 3, 4, 6])
+    assert ordered_indices(src, tgt).tolist() == [1, 0, 2, 3, 5, 4, 6, 7]
+    # ranks of the distinct source lengths 1, 2, 3, 5: targets up, down, up, down
+    assert ordered_indices(src, tgt, order="snake").tolist() == [1, 0, 3, 2, 5, 4, 7, 6]
+    with pytest.raises(ValueError, match="order must be one of"):
+        ordered_indices(src, tgt, order="zigzag")
+
+
 def test_ordered_indices_matches_fairseqs_numpy_seed_recipe():
     # fairseq: with numpy_seed(s): np.random.permutation(N), then mergesort by tgt, then by src.
     src, tgt = random_sizes(50, seed=3, high=6)
@@ -106,13 +116,14 @@ def test_dummy_index_round_trip():
 # -- the sampler ------------------------------------------------------------------------------------
 CONFIGS = [
     {"max_tokens": 300, "required_batch_size_multiple": 8},
+    {"max_tokens": 300, "required_batch_size_multiple": 8, "order": "snake"},
     {"max_tokens": 257, "max_sentences": 6, "required_batch_size_multiple": 1},
     {"max_sentences": 16, "required_batch_size_multiple": 1},
 ]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["tokens", "tokens+sentences", "sentences"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["tokens", "snake", "tokens+sentences", "sentences"])
 def test_each_kept_index_once_per_epoch_and_on_one_rank(world, cfg):
     src, tgt = random_sizes()
     limits = (50, 52)

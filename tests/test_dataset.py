@@ -120,6 +120,8 @@ def test_token_arrays_pickle_as_paths(tmp_path):
     assert len(blob) < 0.05 * token_bytes
     back = pickle.loads(blob)
     assert isinstance(back.src, TokenArray)
+    assert np.array_equal(back.src_sizes, ds.src_sizes)
+    assert np.array_equal(back.tgt_sizes, ds.tgt_sizes)
     assert back[17]["source"].tolist() == sents[17].tolist()
     assert back[17]["target"].tolist() == sents[-18].tolist()
 
@@ -141,3 +143,35 @@ def test_loader_round_trip_restores_every_sentence():
             assert t[row][t[row] != 1].tolist() == tgt[i].tolist()
         assert batch["ntokens"] == int((t != 1).sum())
     assert seen == set(range(150))
+
+
+def batches_equal(a: dict, b: dict) -> bool:
+    keys = ("id", "target")
+    inner = ("src_tokens", "src_lengths", "prev_output_tokens")
+    return (
+        all(torch.equal(a[k], b[k]) for k in keys)
+        and all(torch.equal(a["net_input"][k], b["net_input"][k]) for k in inner)
+        and (a["ntokens"], a["nsentences"], a["is_dummy"])
+        == (b["ntokens"], b["nsentences"], b["is_dummy"])
+    )
+
+
+@pytest.mark.parametrize("backing", ["token_array", "lists"])
+def test_batch_fetch_equals_one_by_one_fetch(tmp_path, backing):
+    rng = np.random.RandomState(2)
+    src = [np.append(rng.randint(4, 60, size=rng.randint(0, 20)), 2) for _ in range(400)]
+    tgt = [np.append(rng.randint(4, 60, size=rng.randint(0, 20)), 2) for _ in range(400)]
+    if backing == "token_array":
+        write_split(tmp_path / "s", src, 64)
+        write_split(tmp_path / "t", tgt, 64)
+        ds = LanguagePairDataset(TokenArray(tmp_path / "s"), TokenArray(tmp_path / "t"))
+    else:
+        ds = LanguagePairDataset(src, tgt)
+    for idx in ([5, 399, 0, 17, 17, 230], [dummy_index(i) for i in (3, 9, 1)], [42]):
+        fast = ds.collater(ds.__getitems__(idx))
+        slow = ds.collater([ds[i] for i in idx])
+        assert batches_equal(fast, slow)
+    with pytest.raises(ValueError, match="mixes dummy and real"):
+        ds.__getitems__([1, dummy_index(2)])
+    with pytest.raises(IndexError):
+        ds.__getitems__([400])

@@ -52,25 +52,42 @@ def decode_index(i: int) -> tuple[int, bool]:
     return (-1 - i, True) if i < 0 else (i, False)
 
 
+ORDERS = ("fairseq", "snake")
+
+
 def ordered_indices(
-    src_sizes: np.ndarray, tgt_sizes: np.ndarray, seed: int | None = None
+    src_sizes: np.ndarray,
+    tgt_sizes: np.ndarray,
+    seed: int | None = None,
+    order: str = "fairseq",
 ) -> np.ndarray:
     """Indices sorted by (source length, target length); random within ties when `seed` is set.
 
     Args:
         src_sizes: (N,) source lengths. tgt_sizes: (N,) target lengths.
         seed: seed of the initial permutation (fairseq: `seed + epoch`); None = no permutation.
+        order: "fairseq": target lengths ascending within each source length. "snake" (not in
+            fairseq): the target direction alternates between consecutive source lengths, so a
+            batch that straddles two source lengths finds similar target lengths on both sides
+            instead of the longest next to the shortest (less target padding; see docs/data.md).
 
     Returns:
         (N,) int64 indices.
     """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     n = len(src_sizes)
     if seed is None:
         idx = np.arange(n, dtype=np.int64)
     else:
         # RandomState(s).permutation(n) is what fairseq's numpy_seed(s) + np.random.permutation draw.
         idx = np.random.RandomState(seed).permutation(n).astype(np.int64)
-    idx = idx[np.argsort(tgt_sizes[idx], kind="mergesort")]  # stable: keeps the random order
+    tgt_key = np.asarray(tgt_sizes, dtype=np.int64)
+    if order == "snake":
+        # rank of each source length among the distinct ones; odd ranks sort targets descending
+        rank = np.searchsorted(np.unique(src_sizes), src_sizes)
+        tgt_key = np.where(rank % 2 == 1, -tgt_key, tgt_key)
+    idx = idx[np.argsort(tgt_key[idx], kind="mergesort")]  # stable: keeps the random order
     return idx[np.argsort(src_sizes[idx], kind="mergesort")]
 
 
@@ -162,14 +179,15 @@ def match_max_sentences(
     max_positions: tuple[int, int] = (1022, 1022),
     required_batch_size_multiple: int = 1,
     seed: int = 1,
+    order: str = "fairseq",
 ) -> int:
     """`max_sentences` whose fixed-sentence batches match the mean batch size of a token budget.
 
     The rule (module docstring): `ceil(N / B)`, B = number of token-budget batches with
     `max_tokens = match_max_tokens` on the N pairs kept by the `max_positions` filter.
     """
-    order = ordered_indices(src_sizes, tgt_sizes, seed + 1)
-    kept, _ = filter_by_size(order, src_sizes, tgt_sizes, max_positions)
+    ordered = ordered_indices(src_sizes, tgt_sizes, seed + 1, order)
+    kept, _ = filter_by_size(ordered, src_sizes, tgt_sizes, max_positions)
     if len(kept) == 0:
         raise DataError("no training pair is within max_positions; nothing to batch")
     num_tokens = np.maximum(src_sizes[kept], tgt_sizes[kept])
@@ -200,6 +218,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         rank, world_size: this process's share of the batches.
         overlong: "skip" drops pairs over max_positions and counts them; "error" refuses them.
         name: the split's name, for messages.
+        order: "fairseq" (default) or "snake" (see `ordered_indices`).
     """
 
     def __init__(
@@ -217,6 +236,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         world_size: int = 1,
         overlong: str = "skip",
         name: str = "train",
+        order: str = "fairseq",
     ):
         src_sizes = np.asarray(src_sizes, dtype=np.int64)
         tgt_sizes = np.asarray(tgt_sizes, dtype=np.int64)
@@ -236,8 +256,9 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens = max_tokens
         self.max_sentences = max_sentences
 
-        order = ordered_indices(src_sizes, tgt_sizes, seed + 1 if shuffle else None)
-        kept, dropped = filter_by_size(order, src_sizes, tgt_sizes, max_positions)
+        self.order = order
+        ordered = ordered_indices(src_sizes, tgt_sizes, seed + 1 if shuffle else None, order)
+        kept, dropped = filter_by_size(ordered, src_sizes, tgt_sizes, max_positions)
         if len(dropped) and overlong == "error":
             first = int(np.sort(dropped)[0])
             raise DataError(

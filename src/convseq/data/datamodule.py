@@ -186,12 +186,18 @@ class TranslationDataModule(pl.LightningDataModule):
                 self.max_positions,
                 b.required_batch_size_multiple,
                 self.seed,
+                self.order,
             )
             rank_zero_info(
                 f"batching: max_sentences={self._max_sentences} matches the mean batch size of "
                 f"max_tokens={b.match_max_tokens} on the training set"
             )
         return self._max_sentences
+
+    @property
+    def order(self) -> str:
+        """Length order of the batches: "fairseq" unless the batching config sets `order`."""
+        return getattr(self.batching, "order", "fairseq")
 
     def batch_sampler(self, split: str) -> TokenBatchSampler:
         """The (cached) batch sampler of `split` for this process's rank and world size."""
@@ -216,6 +222,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 world_size=world,
                 overlong="skip" if train else self.data_cfg.eval_overlong,
                 name=split,
+                order=self.order,
             )
             self.num_filtered[split] = sampler.num_filtered
             if sampler.num_filtered:
