@@ -122,9 +122,9 @@ class TranslationDataModule(pl.LightningDataModule):
         if self.databin is not None:
             return
         path = self._databin_path
-        if (
-            path is None
-        ):  # another rank prepared it (file-locked and idempotent: this only finds it)
+        if path is None:
+            # Another process prepared it; prepare_databin is file-locked and idempotent, so
+            # here it only finds the finished data-bin.
             path = prepare_databin(self.data_cfg, self.cache_dir, progress=False)
         self.databin = DataBin(path)
         self.src_dict, self.tgt_dict = self.databin.src_dict, self.databin.tgt_dict
