@@ -72,3 +72,7 @@ class BatchingConfig:
     max_tokens_valid: int | None = None  # null = max_tokens
     max_sentences_valid: int | None = None  # null = max_sentences
     shuffle: bool = True  # reshuffle the frozen train batches every epoch (seed + epoch)
+    # Length order before packing: "fairseq" (source length, then target length: its exact
+    # batches) or "snake" (target order reversed on every other source length: fewer padded
+    # target tokens, e.g. 95.7% real tokens instead of 93.9% on multi30k at 4000 tokens).
+    order: str = "fairseq"

@@ -196,8 +196,8 @@ class TranslationDataModule(pl.LightningDataModule):
 
     @property
     def order(self) -> str:
-        """Length order of the batches: "fairseq" unless the batching config sets `order`."""
-        return getattr(self.batching, "order", "fairseq")
+        """Length order of the batches: `batching.order` ("fairseq" or "snake")."""
+        return self.batching.order
 
     def batch_sampler(self, split: str) -> TokenBatchSampler:
         """The (cached) batch sampler of `split` for this process's rank and world size."""
