@@ -43,7 +43,10 @@ see:saw watch find:found like love help follow carry take:took bring:brought buy
 paint build:built open close kick hold:held push pull call visit meet:met know:knew want need
 keep:kept lose:lost hide:hid catch:caught throw:threw draw:drew wash fix chase feed:fed teach:taught
 """.split()
-_INTRANSITIVE = "sleep:slept run:ran walk swim:swam sing:sang dance laugh cry jump wait smile work play fall:fell sit:sat".split()  # noqa: E501
+_INTRANSITIVE = """
+sleep:slept run:ran walk swim:swam sing:sang dance laugh cry jump wait smile work play fall:fell
+sit:sat
+""".split()
 _ADVERBS = """
 often always sometimes usually rarely quickly slowly quietly happily suddenly also still already
 really carefully
