@@ -33,20 +33,6 @@ def test_run_py_preprocess_writes_only_to_cache_and_outputs(tmp_path):
     assert list(outputs.rglob(".hydra/config.yaml")), "the run's config lands in its output folder"
 
 
-def test_train_without_training_loop_stops_with_a_clear_message(tmp_path, cache_dir, capsys):
-    pytest.importorskip("convseq.data.toy")
-    try:
-        import convseq.train  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("training has landed; covered by the training tests")
-    cfg = compose_config(["data.generator_seed=3"], output_dir=str(tmp_path))
-    assert dispatch(cfg) is None
-    err = capsys.readouterr().err
-    assert "no training loop yet" in err and "task=preprocess" in err
-
-
 def test_bad_input_is_one_clear_line_and_exit_status_2(tmp_path, cache_dir, capsys, monkeypatch):
     monkeypatch.setenv("CONVSEQ_DATA_ROOT", str(tmp_path / "nowhere"))
     cfg = compose_config(["task=preprocess", "data=multi30k"], output_dir=str(tmp_path))

@@ -33,20 +33,11 @@ def run_preprocess(cfg: dict[str, Any]) -> Path:
     return path
 
 
-def run_train(cfg: dict[str, Any]) -> None:
-    """Train a model. Until the training loop exists, prepare the data and say what is missing."""
-    path = run_preprocess(cfg)
-    try:
-        import convseq.train  # noqa: F401  (lands with the training loop)
-    except ImportError:
-        print(
-            "convseq: the data is prepared "
-            f"({path}), but this version has no training loop yet: `task=train` stops here.\n"
-            "Available now: `task=preprocess`. Training, generation and BLEU come in later versions.",
-            file=sys.stderr,
-        )
-        return None
-    return convseq.train.train(cfg)  # pragma: no cover - replaced when training lands
+def run_train(cfg: dict[str, Any]) -> float:
+    """Train a model (see `convseq.train.train`); returns the best `optimized_metric` value."""
+    from convseq.train import train
+
+    return train(cfg)
 
 
 TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {

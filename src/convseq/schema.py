@@ -87,6 +87,16 @@ class TrainerConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """What is saved in `<output_dir>/checkpoints/` (conf/config.yaml `checkpoint:`)."""
+
+    monitor: str = "valid/loss"  # metric that picks best.ckpt
+    mode: str = "min"  # min | max: whether a lower or a higher monitor value is better
+    save_last: bool = True  # last.ckpt after every epoch (what resume=true continues from)
+    keep_epochs: int = 0  # also keep epochNNN.ckpt for the last N epochs (0 = none, -1 = all)
+
+
+@dataclass
 class Config:
     """The root of every composed configuration."""
 
@@ -100,7 +110,12 @@ class Config:
     anneal: AnnealConfig = field(default_factory=AnnealConfig)
     criterion: CriterionConfig = field(default_factory=CriterionConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    ckpt: str | None = None  # a checkpoint to load (generate, resume=PATH)
+    ckpt: str | None = None  # a checkpoint to load (generate)
+    resume: Any = False  # false | true (continue paths.output_dir) | a run folder or checkpoint
+    max_update: int = 0  # stop after this many updates (0 = no limit; fairseq's --max-update)
+    patience: int = -1  # stop after N validations without improvement (-1 = off)
+    optimized_metric: str = "valid/loss"  # what train() returns to sweepers (its best value)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 def default_cache_dir() -> str:

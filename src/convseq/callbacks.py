@@ -1,0 +1,297 @@
+"""Training callbacks: annealing, update limit, RNG state, SIGTERM/SIGINT, per-epoch checkpoints.
+
+Each callback that ends training records why in `stop_reason` (and logs it), so that the run's
+summary can say which limit fired. State that a resumed run needs (the annealer, the RNG) is
+kept in the callbacks' `state_dict`, which Lightning stores in every checkpoint, as plain values
+and tensors that `torch.load(weights_only=True)` accepts.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.utilities import rank_zero_info
+
+from convseq.optim.anneal import Annealer
+
+
+def _set_lr(trainer: pl.Trainer, lr: float) -> None:
+    for optimizer in trainer.optimizers:
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+
+def _stop(trainer: pl.Trainer, owner: Any, reason: str) -> None:
+    """Ask Lightning to stop after this epoch (or update) and say why, once."""
+    if owner.stop_reason is None:
+        owner.stop_reason = reason
+        rank_zero_info(f"convseq: stopping: {reason}")
+    trainer.should_stop = True
+
+
+def _at_epoch_boundary(trainer: pl.Trainer) -> bool:
+    """Whether training (re)starts at an epoch's first batch, not in the middle of one."""
+    loop = trainer.fit_loop
+    return not (loop.restarted_mid_epoch or loop.restarted_on_epoch_end)
+
+
+class AnnealingCallback(pl.Callback):
+    """Drives `Annealer`: the lr at each epoch start and after validation; stops below min_lr.
+
+    Epochs are 1-based (Lightning's ``current_epoch + 1``). The lr for the next epoch is set on
+    the optimiser right after the epoch's validation, so checkpoints taken at the end of an epoch
+    already hold it, and a run whose next lr falls below ``anneal.min_lr`` stops there.
+
+    Args:
+        anneal_cfg: the `anneal` config group.
+        lr: the initial learning rate (``optim.lr``).
+    """
+
+    def __init__(self, anneal_cfg: Mapping[str, Any], lr: float):
+        self.annealer = Annealer(anneal_cfg, lr=lr)
+        self.stop_reason: str | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A resumed run that had already annealed below min_lr stops before another epoch.
+        if _at_epoch_boundary(trainer):
+            lr = self.annealer.lr_at_epoch_start(trainer.current_epoch + 1)
+            if self.annealer.should_stop(lr):
+                _stop(trainer, self, self.annealer.stop_reason)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _set_lr(trainer, self.annealer.lr_at_epoch_start(trainer.current_epoch + 1))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch + 1
+        validated = getattr(pl_module, "valid_epoch", None) == trainer.current_epoch
+        val = getattr(pl_module, "valid_loss", None) if validated else None
+        self.annealer.step(epoch, val)
+        lr = self.annealer.lr_at_epoch_start(epoch + 1)
+        _set_lr(trainer, lr)
+        if self.annealer.should_stop(lr):
+            _stop(trainer, self, self.annealer.stop_reason)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"annealer": self.annealer.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.annealer.load_state_dict(state_dict["annealer"])
+
+
+class MaxUpdateCallback(pl.Callback):
+    """Stops after `max_update` updates (fairseq's --max-update; 0 = no limit)."""
+
+    def __init__(self, max_update: int):
+        self.max_update = int(max_update)
+        self.stop_reason: str | None = None
+
+    def _check(self, trainer: pl.Trainer) -> None:
+        if self.max_update > 0 and trainer.global_step >= self.max_update:
+            _stop(trainer, self, f"reached max_update={self.max_update} updates")
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._check(trainer)
+
+
+def capture_rng() -> dict[str, Any]:
+    """Every global RNG's state as tensors and ints (what weights_only loading accepts)."""
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": {
+            "version": version,
+            "state": torch.tensor(mt, dtype=torch.int64),
+            "gauss": gauss,
+        },
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    """Set every global RNG from `capture_rng()`'s result."""
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    n = state["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+
+
+class RNGStateCallback(pl.Callback):
+    """Makes dropout draw the same numbers whether or not a run was interrupted and resumed.
+
+    The RNG state is saved with every checkpoint and set again just before the first batch a
+    resumed run trains. Between a checkpoint and that batch an uninterrupted run may consume
+    random numbers that a resumed one does not (each new DataLoader iterator draws a seed from
+    torch's global generator, and a resumed run creates its iterator earlier); so every epoch
+    also sets, before its first batch, the state the epoch started with, which makes that draw
+    invisible in both.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._pending is None:
+            self._pending = capture_rng()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._pending is not None:
+            restore_rng(self._pending)
+            self._pending = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return capture_rng() if self._pending is None else self._pending
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = dict(state_dict)
+
+
+class TrainingInterrupted(Exception):
+    """Raised to end `fit` after SIGTERM/SIGINT once a resumable checkpoint is written."""
+
+
+class SignalCallback(pl.Callback):
+    """SIGTERM / SIGINT: finish the current update, save a resumable checkpoint, stop cleanly.
+
+    In the middle of an epoch, the checkpoint is written at the end of the first update that
+    ends after the signal (`checkpoint_path`, normally last.ckpt) and `TrainingInterrupted` is
+    raised before the next batch; the resumed run continues at that next batch. A signal during
+    an epoch's last update or its validation lets the epoch finish, so that validation,
+    annealing and the end-of-epoch checkpoint happen as in an uninterrupted run, then stops. A
+    second SIGINT aborts at once (KeyboardInterrupt). Under DDP the ranks agree on the signal
+    at every update, so they stop at the same one.
+
+    Args:
+        checkpoint_path: where the mid-epoch checkpoint goes.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, checkpoint_path: str):
+        self.checkpoint_path = str(checkpoint_path)
+        self.received: int | None = None
+        self.stop_reason: str | None = None
+        self.interrupted = False  # True once a mid-epoch checkpoint was written
+        self._raise_next = False
+        self._originals: dict[int, Any] = {}
+
+    # -- handlers -------------------------------------------------------------------------------
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.received = signum
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and threading.current_thread() is threading.main_thread():
+            self._originals = {s: signal.getsignal(s) for s in self.SIGNALS}
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Installed here, after Lightning's own SIGTERM handler (set up just before training),
+        # so that the signal is handled only here, at update boundaries.
+        if threading.current_thread() is threading.main_thread():
+            for s in self.SIGNALS:
+                signal.signal(s, self._handler)
+
+    def _restore(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for s, handler in self._originals.items():
+                signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        self._originals = {}
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._restore()
+
+    # -- stopping -------------------------------------------------------------------------------
+    def _agreed(self, trainer: pl.Trainer) -> bool:
+        """Whether any rank has received a signal (one small all-reduce under DDP)."""
+        flag = self.received is not None
+        if trainer.world_size > 1:
+            t = torch.tensor(float(flag), device=trainer.strategy.root_device)
+            flag = bool(trainer.strategy.reduce(t, reduce_op="sum").item() > 0)
+            if flag and self.received is None:
+                self.received = int(signal.SIGTERM)
+        return flag
+
+    def _name(self) -> str:
+        try:
+            return signal.Signals(self.received).name
+        except (ValueError, TypeError):
+            return f"signal {self.received}"
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return  # the epoch's end stops instead (on_train_epoch_end)
+        if (batch_idx + 1) % trainer.accumulate_grad_batches != 0:
+            return  # in the middle of an update
+        if not self._agreed(trainer):
+            return
+        trainer.save_checkpoint(self.checkpoint_path)
+        self.interrupted = True
+        self._raise_next = True
+        self.stop_reason = (
+            f"{self._name()} during epoch {trainer.current_epoch + 1}: saved "
+            f"{self.checkpoint_path} after update {trainer.global_step}"
+        )
+        rank_zero_info(f"convseq: stopping: {self.stop_reason}")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._raise_next:
+            raise TrainingInterrupted(self.stop_reason)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._agreed(trainer):
+            _stop(trainer, self, f"{self._name()} during epoch {trainer.current_epoch + 1}")
+
+
+class EpochCheckpoint(ModelCheckpoint):
+    """Keeps `epochNNN.ckpt` (1-based epoch numbers, as fairseq's checkpointNNN.pt) of the last N.
+
+    Args:
+        dirpath: the checkpoints folder.
+        keep: how many to keep (-1 = all).
+    """
+
+    def __init__(self, dirpath: str, keep: int):
+        super().__init__(
+            dirpath=dirpath,
+            filename="epoch{epoch1:03d}",
+            monitor="epoch",
+            mode="max",
+            save_top_k=int(keep),
+            auto_insert_metric_name=False,
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        )
+
+    def _monitor_candidates(self, trainer: pl.Trainer) -> dict[str, torch.Tensor]:
+        candidates = super()._monitor_candidates(trainer)
+        candidates["epoch1"] = torch.tensor(trainer.current_epoch + 1)
+        return candidates

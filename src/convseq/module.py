@@ -1,0 +1,365 @@
+"""`ConvSeqModule`: the fconv model, its loss, gradient normalisation and training figures.
+
+Loss and gradients follow fairseq. `training_step` returns the loss *summed* over the batch's
+target tokens; once an update's micro-batches are all back-propagated, `on_before_optimizer_step`
+multiplies the gradients by ``accumulate_grad_batches * world_size / sample_size``, where
+sample_size is the number of target tokens (or sentences, ``criterion.normalize=sentences``) of
+the whole update summed over micro-batches and DDP ranks. That factor undoes Lightning's division
+of each micro-batch loss by accumulate_grad_batches and DDP's averaging over ranks, leaving
+sum-of-gradients / total tokens, fairseq's normalisation. Gradient clipping (the Trainer's
+``gradient_clip_val``, norm algorithm) comes after it, in `configure_gradient_clipping`, which
+also records the gradient norm.
+
+Logged figures (losses in base 2, as fairseq prints them):
+
+- every update (``train/...``): loss, nll_loss, ppl, wps (target tokens/s), ups (updates/s),
+  wpb (target tokens per update), bsz (sentences per update), lr, gnorm (before clipping),
+  clip (1 if clipped, else 0);
+- every epoch (``train_epoch/...``): the same over the epoch, clip as the fraction of clipped
+  updates, and time (the epoch's wall time, validation included);
+- after each validation (``valid/...``) and test (``test/...``): loss, nll_loss, ppl.
+
+Only plain values are saved as hyperparameters (dicts, lists, strings, numbers; the dictionaries
+as lists of symbols), so ``ConvSeqModule.load_from_checkpoint(path)`` works with torch's default
+``weights_only=True`` in a fresh process without the data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from convseq.checkpoint import READ_ERRORS
+from convseq.criterion import LabelSmoothedCrossEntropy
+from convseq.data.dictionary import Dictionary
+from convseq.errors import CheckpointError
+from convseq.models.fconv import FConvModel
+from convseq.optim.build import build_optimizer
+
+LN2 = math.log(2.0)
+
+# Layout of the float64 sums kept per update and per epoch.
+SAMPLE, NTOKENS, NSENT, LOSS, NLL = range(5)
+NUM_SUMS = 5
+# Per epoch, two more: the sum of gradient norms and the number of clipped updates.
+GNORM, CLIPPED = 5, 6
+NUM_EPOCH_SUMS = 7
+
+STATE_KEY = "convseq"  # the module's own entry in a checkpoint
+
+
+def plain(value: Any) -> Any:
+    """Plain Python containers from OmegaConf objects (hyperparameters must never hold them)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:
+    """fairseq's loss, nll_loss (bits per token) and ppl from [sample_size, ntokens, ...] sums."""
+    size, ntok = float(sums[SAMPLE]), float(sums[NTOKENS])
+    loss = float(sums[LOSS]) / size / LN2 if size > 0 else math.nan
+    nll = float(sums[NLL]) / ntok / LN2 if ntok > 0 else math.nan
+    ppl = 2.0**nll if nll < 1024 else math.inf
+    return {f"{prefix}/loss": loss, f"{prefix}/nll_loss": nll, f"{prefix}/ppl": ppl}
+
+
+class ConvSeqModule(pl.LightningModule):
+    """fconv translation model trained with label-smoothed cross entropy.
+
+    Args:
+        model: the `model` config group (FConvConfig keys) as plain values.
+        src_vocab: the source dictionary's symbols (`Dictionary.to_list()`).
+        tgt_vocab: the target dictionary's symbols.
+        optim: the `optim` config group (OptimConfig keys); used by `configure_optimizers`.
+        criterion: the `criterion` config group (label_smoothing, normalize).
+    """
+
+    def __init__(
+        self,
+        model: Mapping[str, Any],
+        src_vocab: Sequence[str],
+        tgt_vocab: Sequence[str],
+        optim: Mapping[str, Any] | None = None,
+        criterion: Mapping[str, Any] | None = None,
+    ):
+        super().__init__()
+        model = dict(plain(model))
+        optim = dict(plain(optim) or {"name": "nag"})
+        criterion = dict(plain(criterion) or {})
+        src_vocab = [str(s) for s in src_vocab]
+        tgt_vocab = [str(s) for s in tgt_vocab]
+        # Not sent to loggers: the vocabularies would flood hparams.yaml.
+        self.save_hyperparameters(logger=False)
+        self.src_dict = Dictionary.from_list(src_vocab)
+        self.tgt_dict = Dictionary.from_list(tgt_vocab)
+        pad = self.tgt_dict.pad()
+        if self.src_dict.pad() != pad:
+            raise CheckpointError("source and target dictionaries disagree on the pad symbol")
+        self.model = FConvModel.build(model, len(src_vocab), len(tgt_vocab), padding_idx=pad)
+        self.criterion = LabelSmoothedCrossEntropy.from_config(criterion, padding_idx=pad)
+
+        # Figures of the update being accumulated, of the current epoch, and of the last update.
+        self._update_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        self._epoch_sums = torch.zeros(NUM_EPOCH_SUMS, dtype=torch.float64)
+        self._epoch_updates = 0
+        self._epoch_lr = math.nan  # lr the epoch started with
+        self._epoch_train_seconds = 0.0  # time spent in updates this epoch (before this process)
+        self._epoch_wall_carry = 0.0  # epoch wall time before this process (resumed mid-epoch)
+        self._total_carry = 0.0  # training wall time of earlier processes (resumed runs)
+        self._gnorm = torch.zeros(())
+        self._last_update = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        self._clipped = torch.zeros(())
+        self._t_update = self._t_epoch = self._t_fit = time.perf_counter()
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        # Per-epoch records (1-based epoch, lr, train and valid figures, seconds), checkpointed.
+        self.history: list[dict[str, float]] = []
+        self.valid_epoch: int | None = None  # Lightning epoch (0-based) of the last validation
+        self.valid_loss: float | None = None
+        self.test_figures: dict[str, float] = {}
+
+    # -- model ----------------------------------------------------------------------------------
+    def forward(
+        self,
+        src_tokens: torch.Tensor,
+        src_lengths: torch.Tensor,
+        prev_output_tokens: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher-forced (B, T, V) logits and attention (see `FConvModel.forward`)."""
+        return self.model(src_tokens, src_lengths, prev_output_tokens)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return build_optimizer(self.model.parameters(), self.hparams.optim)
+
+    def _batch_sums(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's summed loss (with graph) and its float64 [sample, ntok, nsent, loss, nll]."""
+        logits, _ = self.model(**batch["net_input"])  # (B, T, V)
+        out = self.criterion(logits, batch["target"])
+        size = self.criterion.sample_size(out)
+        row = [size, out.ntokens, out.nsentences, out.loss.detach(), out.nll_loss.detach()]
+        dev = out.loss.device
+        sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=dev) for v in row])
+        if batch.get("is_dummy", False):
+            # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
+            return out.loss * 0.0, torch.zeros_like(sums)
+        return out.loss, sums
+
+    # -- training -------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss, sums = self._batch_sums(batch)
+        if self._update_sums.device != sums.device:
+            self._update_sums = self._update_sums.to(sums.device)
+        self._update_sums += sums
+        return loss  # summed over tokens; the gradients are normalised before the step
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the accumulated gradients by the update's sample size (all ranks)."""
+        sums = self._update_sums
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
+        self._update_sums = torch.zeros_like(sums)
+        self._last_update = sums
+        size = sums[SAMPLE]
+        factor = self.trainer.accumulate_grad_batches * self.trainer.world_size
+        # 0 when the whole update held no target token (only possible with dummy batches).
+        scale = torch.where(size > 0, factor / size.clamp(min=1.0), torch.zeros_like(size))
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale.to(grads[0].dtype))
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the (normalised) gradient norm to `gradient_clip_val` and record the norm."""
+        if gradient_clip_algorithm not in (None, "norm"):
+            raise ValueError(f"convseq clips by norm only, got {gradient_clip_algorithm!r}")
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        clip = float(gradient_clip_val or 0.0)
+        if clip > 0:
+            gnorm = torch.nn.utils.clip_grad_norm_(params, clip)  # norm before clipping
+        else:
+            gnorm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if not torch.isfinite(gnorm):  # one host sync per update, as fairseq's own check
+            raise FloatingPointError(
+                f"the gradient norm is {gnorm.item()} at update {self.global_step + 1} (epoch "
+                f"{self.current_epoch + 1}); training stopped. Lower optim.lr or "
+                "optim.clip_norm, and resume from the last checkpoint (resume=true)"
+            )
+        self._gnorm = gnorm.detach().double()
+        self._clipped = (gnorm > clip).double() if clip > 0 else torch.zeros_like(self._gnorm)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure=None):
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        now = time.perf_counter()
+        seconds, self._t_update = now - self._t_update, now
+        self._epoch_train_seconds += seconds
+        sums = self._last_update
+        if self._epoch_sums.device != sums.device:
+            self._epoch_sums = self._epoch_sums.to(sums.device)
+        self._epoch_sums[:NUM_SUMS] += sums
+        self._epoch_sums[GNORM] += self._gnorm
+        self._epoch_sums[CLIPPED] += self._clipped
+        self._epoch_updates += 1
+        self._log_update(sums, seconds, optimizer.param_groups[0]["lr"])
+
+    def _log_update(self, sums: torch.Tensor, seconds: float, lr: float) -> None:
+        """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
+        size, ntok = sums[SAMPLE].clamp(min=1.0), sums[NTOKENS].clamp(min=1.0)
+        loss = sums[LOSS] / size / LN2
+        nll = sums[NLL] / ntok / LN2
+        seconds = max(seconds, 1e-9)
+        # batch_size only silences Lightning's guess: per-step values are not averaged.
+        self.log_dict(
+            {"train/loss": loss.float(), "train/ppl": torch.pow(2.0, nll).float()},
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            batch_size=1,
+        )
+        self.log_dict(
+            {
+                "train/nll_loss": nll.float(),
+                "train/wps": (sums[NTOKENS] / seconds).float(),
+                "train/ups": 1.0 / seconds,
+                "train/wpb": sums[NTOKENS].float(),
+                "train/bsz": sums[NSENT].float(),
+                "train/lr": float(lr),
+                "train/gnorm": self._gnorm.float(),
+                "train/clip": self._clipped.float(),
+            },
+            on_step=True,
+            on_epoch=False,
+            batch_size=1,
+        )
+
+    def on_train_start(self) -> None:
+        now = time.perf_counter()
+        self._t_fit = self._t_update = self._t_epoch = now
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_sums = torch.zeros_like(self._epoch_sums)
+        self._epoch_updates = 0
+        self._epoch_train_seconds = 0.0
+        self._epoch_wall_carry = 0.0
+        self._t_epoch = self._t_update = time.perf_counter()
+        self._epoch_lr = float(self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_epoch_end(self) -> None:
+        sums = self._epoch_sums.tolist()
+        updates = max(self._epoch_updates, 1)
+        seconds = max(self._epoch_train_seconds, 1e-9)
+        wall = self._epoch_wall_carry + time.perf_counter() - self._t_epoch
+        record = figures(sums, "train_epoch")
+        record.update(
+            {
+                "train_epoch/wps": sums[NTOKENS] / seconds,
+                "train_epoch/ups": self._epoch_updates / seconds,
+                "train_epoch/wpb": sums[NTOKENS] / updates,
+                "train_epoch/bsz": sums[NSENT] / updates,
+                "train_epoch/gnorm": sums[GNORM] / updates,
+                "train_epoch/clip": sums[CLIPPED] / updates,
+                "train_epoch/lr": self._epoch_lr,
+                "train_epoch/time": wall,
+            }
+        )
+        self.log_dict(record, on_step=False, on_epoch=True, batch_size=1)
+        entry = {"epoch": self.current_epoch + 1, "updates": self.global_step, **record}
+        if self.valid_epoch == self.current_epoch and self.valid_loss is not None:
+            entry.update(self._valid_record)
+        self.history.append(entry)
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def _eval_step(self, batch: dict) -> None:
+        if batch.get("is_dummy", False):
+            return  # a repeat that evens out ranks: never counted
+        _, sums = self._batch_sums(batch)
+        if self._valid_sums.device != sums.device:
+            self._valid_sums = self._valid_sums.to(sums.device)
+        self._valid_sums += sums
+
+    def _eval_figures(self, prefix: str) -> dict[str, float]:
+        sums = self._valid_sums
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
+        return figures(sums.tolist(), prefix)
+
+    def on_validation_epoch_start(self) -> None:
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        record = self._eval_figures("valid")
+        self.log_dict(record, prog_bar=True, batch_size=1)
+        self.valid_epoch = self.current_epoch
+        self.valid_loss = record["valid/loss"]
+        self._valid_record = record
+
+    def on_test_epoch_start(self) -> None:
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self.test_figures = self._eval_figures("test")
+        self.log_dict(self.test_figures, batch_size=1)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def training_seconds(self) -> float:
+        """Wall time spent in `fit` so far, over every process of a resumed run."""
+        return self._total_carry + time.perf_counter() - self._t_fit
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        checkpoint[STATE_KEY] = {
+            "epoch_sums": self._epoch_sums.detach().cpu().clone(),
+            "epoch_updates": int(self._epoch_updates),
+            "epoch_lr": float(self._epoch_lr),
+            "epoch_train_seconds": float(self._epoch_train_seconds),
+            "epoch_wall_seconds": float(self._epoch_wall_carry + now - self._t_epoch),
+            "total_seconds": float(self._total_carry + now - self._t_fit),
+            "history": [dict(h) for h in self.history],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get(STATE_KEY)
+        if state is None:
+            return
+        self._epoch_sums = state["epoch_sums"].to(torch.float64).clone()
+        self._epoch_updates = int(state["epoch_updates"])
+        self._epoch_lr = float(state["epoch_lr"])
+        self._epoch_train_seconds = float(state["epoch_train_seconds"])
+        self._epoch_wall_carry = float(state["epoch_wall_seconds"])
+        self._total_carry = float(state["total_seconds"])
+        self.history = [dict(h) for h in state["history"]]
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls, checkpoint_path: str, map_location: Any = None, **kwargs: Any
+    ) -> ConvSeqModule:
+        """Load a trained module; a missing or unreadable file raises CheckpointError naming it."""
+        if not os.path.isfile(checkpoint_path):
+            raise CheckpointError(f"{checkpoint_path}: no such checkpoint file")
+        try:
+            return super().load_from_checkpoint(
+                checkpoint_path, map_location=map_location, **kwargs
+            )
+        except READ_ERRORS as e:
+            raise CheckpointError(
+                f"{checkpoint_path}: cannot load a ConvSeqModule ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            ) from e
