@@ -1,0 +1,247 @@
+"""The reference beam search: the same semantics as `beam_search`, the Lua toolkit's loop structure.
+
+Each step makes the same batched incremental decoder call as the tensorized search and the same
+``topk`` over ``beam x vocab``; then everything else is plain Python, sentence by sentence and
+candidate by candidate, as Lua fairseq's ``selectHypos`` did it: each candidate is either
+finalised (EOS among the top ``beam``), taken as a continuing hypothesis, or skipped; finished
+hypotheses are rebuilt by following back-pointers; finished sentences are dropped from the batch.
+
+It exists to check the tensorized search (the tests) and to measure what tensorizing gained
+(bench/bench_search.py). It is never the default. It shares no selection code with `beam.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from convseq.search.common import (
+    Hypothesis,
+    SearchModel,
+    SearchTimer,
+    as_search_model,
+    check_arguments,
+    length_normalise,
+    max_lengths,
+    phase_of,
+)
+
+NEG_INF = float("-inf")
+
+
+def reference_beam_search(
+    model: Any,
+    src_tokens: torch.Tensor,
+    src_lengths: torch.Tensor,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    unk_penalty: float = 0.0,
+    min_len: int = 1,
+    max_len_a: float = 0,
+    max_len_b: int = 200,
+    nbest: int = 1,
+    normalize_scores: bool = True,
+    *,
+    timer: SearchTimer | None = None,
+    fold_weight_norm: bool = True,
+    beamable_mm: bool = True,
+    need_attn: bool = True,
+) -> list[list[Hypothesis]]:
+    """`convseq.search.beam_search`'s contract, computed with per-hypothesis Python loops."""
+    search_model = as_search_model(model)
+    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen)
+    if src_tokens.size(0) == 0:
+        return []
+    context = search_model.generation_context(
+        beam if beamable_mm else None, fold_weight_norm, need_attn
+    )
+    with torch.inference_mode(), context:
+        finalized = _ReferenceSearch(
+            search_model, src_tokens, src_lengths, beam, lenpen, unk_penalty, min_len,
+            max_len_a, max_len_b, normalize_scores, timer,
+        ).run()  # fmt: skip
+    return [sorted(hyps, key=lambda h: h["score"], reverse=True)[:nbest] for hyps in finalized]
+
+
+class _ReferenceSearch:
+    """One batch's search; the history is kept as per-step back-pointers, like Lua's."""
+
+    def __init__(
+        self,
+        m: SearchModel,
+        src_tokens: torch.Tensor,
+        src_lengths: torch.Tensor,
+        beam: int,
+        lenpen: float,
+        unk_penalty: float,
+        min_len: int,
+        max_len_a: float,
+        max_len_b: int,
+        normalize: bool,
+        timer: SearchTimer | None,
+    ):
+        self.m = m
+        self.src_tokens = src_tokens
+        self.src_lengths = src_lengths
+        self.beam = beam
+        self.lenpen = lenpen
+        self.unk_penalty = unk_penalty
+        self.min_len = min_len
+        self.normalize = normalize
+        self.phase = phase_of(timer)
+        self.width = src_tokens.size(1)
+        self.src_lens = src_lengths.tolist()
+        self.limits = max_lengths(
+            self.src_lens, max_len_a, max_len_b, m.max_target_positions(), min_len, self.width
+        )
+        # per step: for each row of the next step, its token, parent row and token log-prob
+        self.tokens: list[list[int]] = []
+        self.parents: list[list[int]] = []
+        self.lprobs: list[list[float]] = []
+        self.attn: list[torch.Tensor | None] = []  # per step: (rows, S) on the device
+
+    def run(self) -> list[list[Hypothesis]]:
+        m, K, device = self.m, self.beam, self.src_tokens.device
+        n_sent = self.src_tokens.size(0)
+        with self.phase("encoder"):
+            encoder_out = m.encode(self.src_tokens, self.src_lengths)
+            expand = [s for s in range(n_sent) for _ in range(K)]
+            encoder_out = m.reorder_encoder_out(encoder_out, torch.tensor(expand, device=device))
+
+        state: dict = {}
+        sentences = list(range(n_sent))  # the sentence of each batch position
+        prefixes = [[m.eos] for _ in range(n_sent * K)]  # decoder input of each row
+        scores = [0.0] * (n_sent * K)  # cumulative log-prob of each row
+        finalized: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
+
+        for step in range(max(self.limits) + 1):
+            with self.phase("decoder"):
+                prev = torch.tensor(prefixes, device=device)  # (rows, step+1)
+                lprobs, attn = m.decode(prev, encoder_out, state)  # (rows, V), (rows, S)
+            self.attn.append(attn)
+
+            with self.phase("selection"):
+                lprobs = self._mask(lprobs, step, sentences)
+                cands = self._candidates(lprobs, scores, step, len(sentences))
+                # every sentence, every candidate, in Python: continue, finalise or skip
+                active_rows: list[list[tuple[int, int, float, float]]] = []
+                to_finalise: list[tuple[int, int, float, float]] = []  # (sentence, row, score, lp)
+                for b, sent in enumerate(sentences):
+                    active: list[tuple[int, int, float, float]] = []
+                    pending = 0
+                    for j, (score, row, token, lp) in enumerate(cands[b]):
+                        is_eos = token == m.eos and score != NEG_INF
+                        if is_eos:
+                            if j < K and len(finalized[sent]) + pending < K:
+                                to_finalise.append((sent, row, score, lp))
+                                pending += 1
+                        elif len(active) < K:
+                            active.append((row, token, score, lp))
+                    while len(active) < K:  # too few candidates (tiny vocabularies): dead rows
+                        active.append((b * K, m.pad, NEG_INF, NEG_INF))
+                    active_rows.append(active)
+
+            with self.phase("finalisation"):
+                for sent, row, score, lp in to_finalise:
+                    finalized[sent].append(self._backtrack(sent, row, step, score, lp))
+
+            keep = [
+                b
+                for b, sent in enumerate(sentences)
+                if len(finalized[sent]) < K and step < self.limits[sent]
+            ]
+            if not keep:
+                break
+
+            with self.phase("reorder"):
+                shrunk = len(keep) < len(sentences)
+                order, tokens, lps, new_prefixes, new_scores = [], [], [], [], []
+                for b in keep:
+                    for row, token, score, lp in active_rows[b]:
+                        order.append(row)
+                        tokens.append(token)
+                        lps.append(lp)
+                        new_prefixes.append(prefixes[row] + [token])
+                        new_scores.append(score)
+                self.tokens.append(tokens)
+                self.parents.append(order)
+                self.lprobs.append(lps)
+                sentences = [sentences[b] for b in keep]
+                prefixes, scores = new_prefixes, new_scores
+                order_t = torch.tensor(order, device=device)
+                m.reorder_incremental_state(state, order_t)
+                if shrunk:  # within-beam moves leave the (identical) encoder copies unchanged
+                    encoder_out = m.reorder_encoder_out(encoder_out, order_t)
+        return finalized
+
+    def _mask(self, lprobs: torch.Tensor, step: int, sentences: list[int]) -> torch.Tensor:
+        """Forbidden tokens get -inf; penalties; EOS forbidden early, forced at the limit."""
+        m, K = self.m, self.beam
+        lprobs = torch.where(torch.isnan(lprobs), torch.full_like(lprobs, NEG_INF), lprobs)
+        lprobs[:, m.pad] = NEG_INF
+        lprobs[:, m.unk] = lprobs[:, m.unk] - self.unk_penalty
+        if step < self.min_len:
+            lprobs[:, m.eos] = NEG_INF
+        for b, sent in enumerate(sentences):
+            if step >= self.limits[sent]:
+                rows = slice(b * K, (b + 1) * K)
+                eos_col = lprobs[rows, m.eos].clone()
+                lprobs[rows] = NEG_INF
+                lprobs[rows, m.eos] = eos_col
+        return lprobs
+
+    def _candidates(
+        self, lprobs: torch.Tensor, scores: list[float], step: int, bsz: int
+    ) -> list[list[tuple[float, int, int, float]]]:
+        """Per sentence, its 2K best (score, row, token, log-prob), best first."""
+        K = self.beam
+        vocab = lprobs.size(1)
+        if step == 0:
+            # every beam holds the same prefix: candidates come from the first row only
+            first = lprobs.view(bsz, K, vocab)[:, 0, :]  # (bsz, V)
+            k = min(2 * K, vocab)
+            values, idx = first.topk(k, dim=1)
+            values, idx = values.tolist(), idx.tolist()
+            firsts = first.gather(1, torch.tensor(idx, device=lprobs.device)).tolist()
+            return [
+                [(values[b][j], b * K, idx[b][j], firsts[b][j]) for j in range(k)]
+                for b in range(bsz)
+            ]
+        cum = torch.tensor(scores, dtype=lprobs.dtype, device=lprobs.device)  # (rows,)
+        total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
+        values, idx = total.topk(2 * K, dim=1)
+        token_lps = lprobs.view(bsz, K * vocab).gather(1, idx).tolist()
+        values, idx = values.tolist(), idx.tolist()
+        out = []
+        for b in range(bsz):
+            row_cands = []
+            for j in range(2 * K):
+                beam, token = divmod(idx[b][j], vocab)
+                row_cands.append((values[b][j], b * K + beam, token, token_lps[b][j]))
+            out.append(row_cands)
+        return out
+
+    def _backtrack(self, sent: int, row: int, step: int, score: float, lp: float) -> Hypothesis:
+        """Rebuild a hypothesis ending in EOS at ``step`` from ``row`` (this step's numbering)."""
+        tokens, lps, attns = [self.m.eos], [lp], []
+        attn_row = row
+        for s in range(step - 1, -1, -1):
+            if self.attn[s + 1] is not None:
+                attns.append(self.attn[s + 1][attn_row])
+            tokens.append(self.tokens[s][attn_row])
+            lps.append(self.lprobs[s][attn_row])
+            attn_row = self.parents[s][attn_row]
+        if self.attn[0] is not None:
+            attns.append(self.attn[0][attn_row])
+        device = self.src_tokens.device
+        attention = None
+        if attns:
+            full = torch.stack(attns[::-1], dim=1)  # (S, step+1)
+            attention = full[self.width - self.src_lens[sent] :]  # (src_len, step+1)
+        return {
+            "tokens": torch.tensor(tokens[::-1], device=device),
+            "score": length_normalise(score, step + 1, self.lenpen, self.normalize),
+            "positional_scores": torch.tensor(lps[::-1], device=device),
+            "attention": attention,
+        }
