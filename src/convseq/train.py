@@ -267,10 +267,15 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     except TrainingInterrupted:
         interrupted = True
 
-    # Taken before testing: loading best.ckpt for the test restores that epoch's module state.
+    # Taken before testing: loading best.ckpt for the test restores that epoch's module and
+    # callback states.
     history = [dict(h) for h in module.history]
     seconds = module.training_seconds()
     best_path = getattr(cbs["best"], "best_model_path", "") or ""
+    max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
+    reason = _stop_reason(trainer, cbs, max_epochs)
+    epochs = trainer.current_epoch if not interrupted else len(history)
+    updates = int(trainer.global_step)
     if not interrupted and not trainer.fast_dev_run:
         trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)
     elif not interrupted:
@@ -280,15 +285,13 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     ck = cfg.get("checkpoint") or {}
     maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
     best_value, best_epoch = _best(history, metric, maximize)
-    max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
-    epochs = trainer.current_epoch if not interrupted else len(history)
     summary = {
         "epochs": epochs,
-        "updates": int(trainer.global_step),
+        "updates": updates,
         "train_seconds": seconds,
         "seconds_per_epoch": seconds / max(epochs, 1),
         "process_seconds": time.perf_counter() - t_start,
-        "stop_reason": _stop_reason(trainer, cbs, max_epochs),
+        "stop_reason": reason,
         "interrupted": interrupted,
         "optimized_metric": metric,
         "best_value": best_value,

@@ -1,0 +1,75 @@
+"""Shared pieces of the training tests: a tiny corpus, a tiny model, plain configs, read-backs.
+
+tests/conftest.py imports the fixtures (`tiny_data`, `one_thread`), so every test module has them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from convseq.cli import to_plain
+from convseq.data.databin import DataBin
+from convseq.data.preprocess import prepare_databin
+from convseq.data.toy import write_toy_corpus
+
+# A model small enough for a whole epoch to take a fraction of a second on one core.
+TINY_MODEL = [
+    "model.encoder_embed_dim=16",
+    "model.decoder_embed_dim=16",
+    "model.decoder_out_embed_dim=16",
+    "model.encoder_layers=[[16,3]]",
+    "model.decoder_layers=[[16,3]]",
+]
+QUIET = ["trainer.enable_progress_bar=false", "trainer.log_every_n_steps=5"]
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> dict[str, Path]:
+    """A 300-pair toy corpus (18 batches of <= 300 tokens an epoch) and its data-bin."""
+    root = tmp_path_factory.mktemp("tiny_data")
+    corpus, cache = root / "corpus", root / "cache"
+    write_toy_corpus(corpus, seed=5, n_train=300, n_valid=40, n_test=40)
+    cfg = tiny_config({"corpus": corpus, "cache": cache}, root / "unused")
+    databin = prepare_databin(cfg["data"], str(cache), progress=False)
+    return {"corpus": corpus, "cache": cache, "databin": databin}
+
+
+@pytest.fixture(autouse=False)
+def one_thread():
+    """One intra-op thread: the machine's other jobs make two spinning threads much slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> dict[str, Any]:
+    """The composed, resolved config of a tiny run over the tiny corpus."""
+    from tests.conftest import compose_config  # here: conftest imports this module's fixtures
+
+    base = [
+        "data.generator=null",
+        f"data.dir={tiny['corpus']}",
+        f"paths.cache_dir={tiny['cache']}",
+        "batching.max_tokens=300",
+        *TINY_MODEL,
+        *QUIET,
+    ]
+    return to_plain(compose_config([*base, *overrides], output_dir=str(output_dir)))
+
+
+def tiny_databin(tiny: dict[str, Path]) -> DataBin:
+    return DataBin(tiny["databin"])
+
+
+def summary(output_dir: Path | str) -> dict[str, Any]:
+    return json.loads((Path(output_dir) / "summary.json").read_text())
+
+
+def last_checkpoint(output_dir: Path | str) -> dict[str, Any]:
+    return torch.load(Path(output_dir) / "checkpoints" / "last.ckpt", weights_only=True)
