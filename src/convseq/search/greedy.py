@@ -81,7 +81,7 @@ def greedy(
         positional = lps[i, :length]
         attention = None
         if attns:
-            attention = torch.stack(attns[:length], dim=1)[i, width - src_lens[i] :]  # (src, L)
+            attention = torch.stack(attns[:length], dim=2)[i, width - src_lens[i] :]  # (src, L)
         out.append(
             [
                 {
