@@ -40,9 +40,33 @@ def run_train(cfg: dict[str, Any]) -> float:
     return train(cfg)
 
 
+def run_report(cfg: dict[str, Any]) -> dict[str, Path]:
+    """Summarise the multirun in `sweep_dir` (see `convseq.report`); print the table."""
+    from convseq.errors import DataError
+    from convseq.report import write_report
+
+    if not cfg.get("sweep_dir"):
+        raise DataError(
+            "task=report needs sweep_dir=PATH: the folder of a multirun (its hydra.sweep.dir)"
+        )
+    files = write_report(cfg["sweep_dir"], test=bool((cfg.get("report") or {}).get("test")))
+    print(files["markdown"].read_text(), end="")
+    print(f"convseq: sweep report written: {', '.join(str(p) for p in files.values())}")
+    return files
+
+
+def run_average(cfg: dict[str, Any]) -> Path:
+    """Average checkpoints' parameters (see `convseq.average`); returns the file written."""
+    from convseq.average import run_average as average
+
+    return average(cfg)
+
+
 TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "preprocess": run_preprocess,
     "train": run_train,
+    "report": run_report,
+    "average": run_average,
 }
 assert set(TASK_FUNCTIONS) == set(TASKS)
 

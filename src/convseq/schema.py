@@ -18,7 +18,7 @@ from omegaconf import MISSING, OmegaConf
 from convseq.data.config import BatchingConfig, DataConfig
 from convseq.models.config import FConvConfig
 
-TASKS = ("preprocess", "train")  # grows as tasks land: generate, interactive, report, ...
+TASKS = ("preprocess", "train", "report", "average")  # grows as tasks land: generate, ...
 
 
 @dataclass
@@ -97,10 +97,25 @@ class CheckpointConfig:
 
 
 @dataclass
+class ReportConfig:
+    """The sweep summary (`task=report`, and after every multirun)."""
+
+    test: bool = False  # also list test figures (settings are chosen on validation)
+
+
+@dataclass
+class AverageConfig:
+    """Checkpoint averaging (`task=average`)."""
+
+    last_n: int = 0  # average the last N epochNNN.ckpt of the run folder in `ckpts` (0 = as listed)
+    output: str | None = None  # the averaged checkpoint (default <output_dir>/averaged.ckpt)
+
+
+@dataclass
 class Config:
     """The root of every composed configuration."""
 
-    task: str = "train"  # preprocess | train
+    task: str = "train"  # preprocess | train | report | average
     seed: int = 1  # fairseq's --seed: model init, batch order (seed + epoch)
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -116,6 +131,10 @@ class Config:
     patience: int = -1  # stop after N validations without improvement (-1 = off)
     optimized_metric: str = "valid/loss"  # what train() returns to sweepers (its best value)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sweep_dir: str | None = None  # task=report: the multirun folder to summarise
+    report: ReportConfig = field(default_factory=ReportConfig)
+    ckpts: list[str] = field(default_factory=list)  # task=average: checkpoints (or a run folder)
+    average: AverageConfig = field(default_factory=AverageConfig)
 
 
 def default_cache_dir() -> str:
