@@ -67,7 +67,7 @@ def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:
     size, ntok = float(sums[SAMPLE]), float(sums[NTOKENS])
     loss = float(sums[LOSS]) / size / LN2 if size > 0 else math.nan
     nll = float(sums[NLL]) / ntok / LN2 if ntok > 0 else math.nan
-    ppl = 2.0**nll if nll < 1024 else math.inf
+    ppl = nll if math.isnan(nll) else (2.0**nll if nll < 1024 else math.inf)
     return {f"{prefix}/loss": loss, f"{prefix}/nll_loss": nll, f"{prefix}/ppl": ppl}
 
 
