@@ -177,7 +177,7 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
         epochs = int(s.get("epochs") or 0)
         wall = _num(s.get("train_seconds"))
         per_epoch = _num(s.get("seconds_per_epoch"))
-        updates = _num(s.get("updates"))
+        updates = int(s["updates"]) if isinstance(s.get("updates"), (int, float)) else math.nan
         reason = str(s.get("stop_reason") or "")
     else:  # from metrics.csv: what the job managed before it stopped
         epochs = len(h)

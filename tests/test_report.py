@@ -1,0 +1,231 @@
+"""The sweep report over hand-made job folders: rows, columns, curves, PNG, errors, task=report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import struct
+from pathlib import Path
+
+import pytest
+
+from convseq.cli import dispatch
+from convseq.errors import DataError
+from convseq.plots import plot_curves
+from convseq.report import REPORT_FILES, find_jobs, split_overrides, write_report
+from tests.conftest import compose_config
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+COMMON = ["data.generator=null", "trainer.max_epochs=3"]
+
+
+def _job(root: Path, name: str, overrides: list[str], summary: dict | None = None) -> Path:
+    folder = root / name
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def _history(valid: list[float], lrs: list[float], bleu: list[float] | None = None) -> list[dict]:
+    out = []
+    for i, (v, lr) in enumerate(zip(valid, lrs)):
+        h = {"epoch": i + 1, "train_epoch/lr": lr, "valid/loss": v, "train_epoch/time": 2.0}
+        if bleu is not None:
+            h["valid/bleu"] = bleu[i]
+        out.append(h)
+    return out
+
+
+def _summary(history: list[dict], seconds: float, reason: str, test: dict | None = None) -> dict:
+    return {
+        "epochs": len(history),
+        "updates": 10 * len(history),
+        "train_seconds": seconds,
+        "seconds_per_epoch": seconds / len(history),
+        "stop_reason": reason,
+        "interrupted": False,
+        "history": history,
+        "test": test or {},
+    }
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Four jobs: two finished, one interrupted with BLEU, one that died (metrics.csv only)."""
+    root = tmp_path / "sweep"
+    _job(
+        root,
+        "0",
+        [*COMMON, "optim=nag", "anneal=plateau"],
+        _summary(
+            _history([5.0, 4.0, 4.5], [0.25, 0.25, 0.025]),
+            3725.0,
+            "lr 2.5e-06 < min_lr",
+            {"test/loss": 4.2, "test/ppl": 18.4, "test/bleu": 30.5},
+        ),
+    )
+    _job(
+        root,
+        "1",
+        [*COMMON, "optim=sgd", "anneal=plateau"],
+        _summary(
+            _history([6.0, 5.5, 5.25], [0.25, 0.25, 0.25]),
+            61.0,
+            "reached trainer.max_epochs=3",
+            {"test/loss": 5.3},
+        ),
+    )
+    interrupted = _summary(_history([7.0, 3.5], [0.5, 0.5], bleu=[10.0, 21.5]), 40.0, "SIGTERM")
+    interrupted["interrupted"] = True
+    _job(root, "10", [*COMMON, "optim=nag", "anneal=force"], interrupted)
+    dead = _job(root, "2", [*COMMON, "optim=adam", "anneal=plateau"])
+    (dead / "csv").mkdir()
+    (dead / "csv" / "metrics.csv").write_text(
+        "epoch,step,train/loss,train_epoch/lr,train_epoch/time,valid/loss\n"
+        "0,4,9.0,,,\n"
+        "0,9,,,,8.5\n"
+        "0,9,,0.001,3.0,\n"
+        "1,19,,,,7.75\n"
+        "1,19,,0.001,4.0,\n"
+    )
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    return root
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_jobs_come_in_natural_order_with_their_distinguishing_overrides(sweep):
+    assert [p.name for p in find_jobs(sweep)] == ["0", "1", "2", "10"]
+    from convseq.report import load_job
+
+    jobs = [load_job(p, sweep) for p in find_jobs(sweep)]
+    common, varying = split_overrides(jobs)
+    assert common == COMMON
+    assert varying == [
+        ["optim=nag", "anneal=plateau"],
+        ["optim=sgd", "anneal=plateau"],
+        ["optim=adam", "anneal=plateau"],
+        ["optim=nag", "anneal=force"],
+    ]
+
+
+def test_report_rows_hold_time_epochs_stop_reason_and_best_validation(sweep):
+    files = write_report(sweep)
+    assert set(files) == {"markdown", "csv", "json", "png"}
+    assert all(p.parent == sweep for p in files.values())
+    rows = _csv_rows(files["csv"])
+    assert [r["job"] for r in rows] == ["0", "1", "2", "10"]
+    r0, r1, r2, r10 = rows
+    assert r0["overrides"] == "optim=nag anneal=plateau"
+    assert r0["all_overrides"] == " ".join([*COMMON, "optim=nag", "anneal=plateau"])
+    assert (r0["epochs"], float(r0["wall_seconds"]), float(r0["seconds_per_epoch"])) == (
+        "3",
+        3725.0,
+        pytest.approx(3725.0 / 3),
+    )
+    # Best validation loss is the minimum (epoch 2), not the last epoch's.
+    assert (float(r0["best_valid_loss"]), r0["best_valid_epoch"]) == (4.0, "2")
+    assert float(r0["last_lr"]) == 0.025 and r0["stop_reason"] == "lr 2.5e-06 < min_lr"
+    assert r0["status"] == "ok" and r1["status"] == "ok"
+    assert (float(r1["best_valid_loss"]), r1["best_valid_epoch"]) == (5.25, "3")
+    # BLEU only where the run computed it; the best is the highest.
+    assert r0["best_valid_bleu"] == "" and float(r10["best_valid_bleu"]) == 21.5
+    assert r10["status"] == "interrupted" and r10["stop_reason"] == "SIGTERM"
+    # The job without summary.json, from its metrics.csv.
+    assert r2["status"].startswith("no summary.json")
+    assert (r2["epochs"], float(r2["wall_seconds"])) == ("2", 7.0)
+    assert (float(r2["best_valid_loss"]), r2["best_valid_epoch"], float(r2["last_lr"])) == (
+        7.75,
+        "2",
+        0.001,
+    )
+    # Test figures are not shown unless asked (settings are chosen on validation).
+    assert not any(k.startswith("test") for k in rows[0])
+    md = files["markdown"].read_text()
+    assert "test loss" not in md and "test BLEU" not in md
+
+
+def test_markdown_table_has_one_line_per_job_and_the_plot(sweep):
+    md = write_report(sweep)["markdown"].read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + 4  # header + jobs
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header[:6] == ["job", "overrides", "wall time", "epochs", "s/epoch", "stop reason"]
+    assert "best valid BLEU (epoch)" in header
+    row0 = [c.strip() for c in table[1].strip("|").split("|")]
+    assert row0[:4] == ["0", "optim=nag anneal=plateau", "1:02:05", "3"]
+    assert "4.0000 (2)" in row0
+    assert "`data.generator=null` `trainer.max_epochs=3`" in md
+    assert f"]({REPORT_FILES['png']})" in md
+
+
+def test_test_figures_only_when_asked(sweep):
+    files = write_report(sweep, test=True)
+    rows = _csv_rows(files["csv"])
+    assert float(rows[0]["test_loss"]) == 4.2 and float(rows[0]["test_bleu"]) == 30.5
+    assert float(rows[1]["test_loss"]) == 5.3 and rows[1]["test_bleu"] == ""
+    assert rows[2]["test_loss"] == ""  # no summary: no test figures
+    assert "test BLEU" in files["markdown"].read_text()
+
+
+def test_curves_json_holds_the_plotted_numbers_and_the_png_is_valid(sweep):
+    files = write_report(sweep)
+    record = json.loads(files["json"].read_text())
+    curves = {c["job"]: c for c in record["curves"]}
+    assert curves["0"]["epoch"] == [1, 2, 3]
+    assert curves["0"]["valid_loss"] == [5.0, 4.0, 4.5]
+    assert curves["0"]["lr"] == [0.25, 0.25, 0.025]
+    assert curves["2"]["valid_loss"] == [8.5, 7.75] and curves["2"]["lr"] == [0.001, 0.001]
+    assert curves["10"]["label"] == "10: optim=nag anneal=force"
+    assert [r["job"] for r in record["rows"]] == ["0", "1", "2", "10"]
+    assert record["rows"][0]["best_valid_bleu"] is None  # NaN is written as null
+    data = files["png"].read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 500 and height > 200
+
+
+def test_plot_skips_missing_values_and_non_positive_lr(tmp_path):
+    curves = [
+        {
+            "label": "a",
+            "epoch": [1, 2, 3],
+            "valid_loss": [None, math.nan, 3.0],
+            "lr": [0, 0.1, 0.01],
+        }
+    ]
+    path = plot_curves(curves, tmp_path / "sub" / "c.png")
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    assert [p.name for p in path.parent.iterdir()] == ["c.png"]  # no temporary file left
+
+
+def test_missing_or_empty_sweep_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="no such sweep folder"):
+        write_report(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"no job folders .*python run.py -m"):
+        write_report(tmp_path / "empty")
+
+
+def test_task_report_prints_the_table_and_writes_the_files(sweep, tmp_path, capsys):
+    cfg = compose_config(
+        ["task=report", f"sweep_dir={sweep}", "report.test=true"], output_dir=str(tmp_path / "o")
+    )
+    files = dispatch(cfg)
+    out = capsys.readouterr().out
+    assert "| 10 | optim=nag anneal=force |" in out
+    assert "test loss" in out and files["csv"] == sweep / REPORT_FILES["csv"]
+
+
+def test_task_report_without_sweep_dir_exits_2_naming_the_key(tmp_path, capsys):
+    cfg = compose_config(["task=report"], output_dir=str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        dispatch(cfg)
+    assert e.value.code == 2
+    assert "sweep_dir=PATH" in capsys.readouterr().err
