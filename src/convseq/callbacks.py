@@ -253,7 +253,7 @@ class SignalCallback(pl.Callback):
             return  # in the middle of an update
         if not self._agreed(trainer):
             return
-        trainer.save_checkpoint(self.checkpoint_path)
+        trainer.save_checkpoint(self.checkpoint_path, weights_only=False)
         self.interrupted = True
         self._raise_next = True
         self.stop_reason = (

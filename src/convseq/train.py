@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -226,6 +227,10 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     """
     cfg = plain(cfg)
     t_start = time.perf_counter()
+    # Epoch-level figures are already summed over DDP ranks before they are logged.
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
+    )
     output_dir = Path(cfg["paths"]["output_dir"]).absolute()
     ckpt_dir = output_dir / CHECKPOINT_DIR
     resume = resolve_resume(cfg.get("resume", False), output_dir)
