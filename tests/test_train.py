@@ -260,3 +260,22 @@ def test_run_py_trains_in_its_hydra_folder(tiny_data, tmp_path):
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / ".hydra").is_dir()
     assert "convseq: 1 epochs, 18 updates" in proc.stdout
     assert summary(run_dir)["stop_reason"] == "reached trainer.max_epochs=1"
+
+
+def test_resume_from_another_runs_folder_continues_its_history(tiny_data, one_thread, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    train(_tiny(tiny_data, first, "trainer.max_epochs=1"))
+    train(_tiny(tiny_data, second, f"resume={first}", "trainer.max_epochs=2"))
+    s = summary(second)
+    assert s["resumed_from"] == str(first / "checkpoints" / "last.ckpt")
+    assert [h["epoch"] for h in s["history"]] == [1, 2] and s["updates"] == 36
+    assert s["history"][0] == summary(first)["history"][0]
+    assert (second / "checkpoints" / "last.ckpt").is_file()
+    assert last_checkpoint(first)["global_step"] == 18  # the source run is left as it was
+
+
+def test_a_non_finite_gradient_stops_training_with_a_clear_error(tiny_data, one_thread, tmp_path):
+    # An absurd lr blows the weights up on the first update; the second gradient is not finite.
+    cfg = _tiny(tiny_data, tmp_path, "optim=sgd", "optim.lr=1e30", "optim.clip_norm=0")
+    with pytest.raises(FloatingPointError, match=r"gradient norm is (nan|inf) at update 2"):
+        train(cfg)
