@@ -25,6 +25,7 @@ from convseq.search.common import (
 )
 
 NEG_INF = float("-inf")
+POS_INF = float("inf")
 
 
 def beam_search(
@@ -126,50 +127,54 @@ def _search(
     tokens = torch.full((bsz * K, 1), eos, dtype=torch.long, device=device)  # (rows, step+1)
     token_lprobs = torch.zeros(bsz * K, 0, device=device)  # (rows, step): each token's log-prob
     attn: torch.Tensor | None = None  # (rows, step+1, S) once the decoder returns attention
-    # all beams of a sentence start identical: only beam 0 is live at step 0, the others
-    # score -inf, so the first topk sees one copy (fairseq takes lprobs[:, ::beam] instead)
+    # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
+    # -inf, which also covers vocabularies smaller than 2 * beam)
     cum = torch.zeros(bsz, K, device=device)
     cum[:, 1:] = NEG_INF
     cum = cum.view(-1)  # (rows,) cumulative log-prob of each hypothesis
-    row_limits = torch.tensor(limits, device=device).repeat_interleave(K)  # (rows,)
     sent_ids = list(range(bsz))  # batch position -> input sentence
     min_limit = min(limits)
     finalized: list[list[Hypothesis]] = [[] for _ in range(bsz)]
     finished = [False] * bsz
     remaining = bsz
-    cand_ranks = torch.arange(2 * K, device=device)  # (2K,)
     beam_offsets = torch.arange(bsz, device=device).unsqueeze(1) * K  # (bsz, 1) first row of each
-    not_eos: torch.Tensor | None = None  # (V,) columns to close when EOS is forced
 
     for step in range(max(limits) + 1):
         with phase("decoder"):
             lprobs, step_attn = m.decode(tokens, encoder_out, state)  # (rows, V), (rows, S)
 
-        with phase("selection"):
+        with phase("candidates"):
             vocab = lprobs.size(1)
-            # a NaN would win the topk (it sorts above everything): make it impossible instead
-            lprobs.masked_fill_(lprobs.isnan(), NEG_INF)
+            # a NaN would win the topk (it sorts above everything): make it impossible instead;
+            # nan_to_num_ does it in one pass (isnan + masked_fill takes two and a mask)
+            lprobs.nan_to_num_(nan=NEG_INF, posinf=POS_INF, neginf=NEG_INF)
             lprobs[:, pad] = NEG_INF
             if unk_penalty:
                 lprobs[:, unk] -= unk_penalty
             if step < min_len:
                 lprobs[:, eos] = NEG_INF
-            if step >= min_limit:  # some sentence reached its maximum length: EOS only
-                if not_eos is None:
-                    not_eos = torch.arange(vocab, device=device).ne(eos)  # (V,)
-                forced = row_limits.le(step).unsqueeze(1) & not_eos  # (rows, V)
-                lprobs.masked_fill_(forced, NEG_INF)
-            if step_attn is not None:
-                step_attn = step_attn.unsqueeze(1)  # (rows, 1, S)
-                attn = step_attn if attn is None else torch.cat([attn, step_attn], dim=1)
+            at_limit: list[int] = []  # batch positions whose sentence must end now
+            if step >= min_limit:  # host-side ints: no device work for sentences not there yet
+                at_limit = [b for b, sent in enumerate(sent_ids) if limits[sent] <= step]
+                _force_eos(lprobs.view(bsz, K, vocab), at_limit, eos)
+            if step == 0 and vocab >= 2 * K:
+                # every beam holds the same prefix: rank the first copy only (its cum is 0)
+                cand_scores, cand_idx = lprobs.view(bsz, K, vocab)[:, 0].topk(2 * K, dim=1)
+            else:
+                total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
+                cand_scores, cand_idx = total.topk(2 * K, dim=1)  # (bsz, 2K), best first
 
-            total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
-            cand_scores, cand_idx = total.topk(2 * K, dim=1)  # (bsz, 2K), best first
+        with phase("selection"):
             cand_lprobs = lprobs.view(bsz, K * vocab).gather(1, cand_idx)  # (bsz, 2K)
             cand_beams = cand_idx.div(vocab, rounding_mode="floor")  # (bsz, 2K)
             cand_tokens = cand_idx - cand_beams * vocab  # (bsz, 2K)
             cand_rows = cand_beams + beam_offsets  # (bsz, 2K) rows in this step's numbering
             cand_eos = cand_tokens.eq(eos) & cand_scores.ne(NEG_INF)  # (bsz, 2K)
+
+        if step_attn is not None:
+            with phase("reorder"):
+                step_attn = step_attn.unsqueeze(1)  # (rows, 1, S)
+                attn = step_attn if attn is None else torch.cat([attn, step_attn], dim=1)
 
         newly_finished: list[int] = []  # batch positions
         if step >= min_len:  # before min_len no EOS can be finalised: skip the host read
@@ -198,11 +203,11 @@ def _search(
                     width,
                     eos,
                 )
-                if step >= min_limit:  # a sentence at its maximum length is done
-                    for b, sent in enumerate(sent_ids):
-                        if not finished[sent] and limits[sent] <= step:
-                            finished[sent] = True
-                            newly_finished.append(b)
+                for b in at_limit:  # a sentence at its maximum length is done
+                    sent = sent_ids[b]
+                    if not finished[sent]:
+                        finished[sent] = True
+                        newly_finished.append(b)
             remaining -= len(newly_finished)
         if remaining == 0:
             break
@@ -224,10 +229,10 @@ def _search(
                 shrunk = True
 
         with phase("selection"):
-            # fairseq's active-hypothesis trick: EOS candidates are pushed behind every other
-            # candidate, so the K smallest ranks are the K best continuing hypotheses
-            ranks = cand_eos.long() * (2 * K) + cand_ranks  # (bsz, 2K)
-            active = ranks.topk(K, dim=1, largest=False).indices  # (bsz, K), best first
+            # fairseq's active-hypothesis trick, as one stable sort: EOS candidates go behind
+            # every other candidate, the rest keep their rank, so the first K are the K best
+            # continuing hypotheses
+            active = cand_eos.sort(dim=1, stable=True).indices[:, :K]  # (bsz, K), best first
             parents = cand_rows.gather(1, active).view(-1)  # (bsz*K,) the row each continues
             new_tokens = cand_tokens.gather(1, active).view(-1, 1)  # (bsz*K, 1)
             new_lprobs = cand_lprobs.gather(1, active).view(-1, 1)  # (bsz*K, 1)
@@ -243,8 +248,17 @@ def _search(
                 # the K copies of a sentence's encoder output are identical, so only removing
                 # sentences changes it: a reorder within beams would copy it for nothing
                 encoder_out = m.reorder_encoder_out(encoder_out, parents)
-                row_limits = row_limits.index_select(0, parents)
     return finalized
+
+
+def _force_eos(lprobs: torch.Tensor, positions: list[int], eos: int) -> None:
+    """Leave only EOS open for the sentences at ``positions`` of a (bsz, K, V) log-prob view."""
+    if not positions:
+        return
+    idx = torch.tensor(positions, device=lprobs.device)  # (n,)
+    eos_lprobs = lprobs[idx, :, eos]  # (n, K) a copy
+    lprobs[idx] = NEG_INF
+    lprobs[idx, :, eos] = eos_lprobs
 
 
 def _finalise(

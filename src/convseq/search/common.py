@@ -19,8 +19,12 @@ from torch import nn
 # fairseq's dictionary convention (convseq.data.dictionary): <s> 0, <pad> 1, </s> 2, <unk> 3
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 
-# the phases a search reports to its timer, in the order a step runs them
-PHASES = ("encoder", "decoder", "selection", "finalisation", "reorder")
+# the phases a search reports to its timer, in the order a step runs them:
+# encoder; decoder (the step's decoder call, log-softmax included); candidates (masking,
+# penalties, cumulative scores, the topk over beam x vocab: the same tensor work in every
+# search); selection (which candidates finish, which continue); finalisation (building the
+# finished hypotheses); reorder (state and history reordering, batch shrinking)
+PHASES = ("encoder", "decoder", "candidates", "selection", "finalisation", "reorder")
 
 
 class Hypothesis(TypedDict):
@@ -272,10 +276,17 @@ class PhaseTimer:
         synchronize: called before each clock reading; pass ``torch.cuda.synchronize`` on a
             GPU so queued kernels are charged to the phase that launched them (this costs a
             host sync per phase, which is why timing is off unless a timer is given).
+        clock: the clock read (``time.process_time`` gives CPU time, steadier than wall time
+            on a machine shared with other work).
     """
 
-    def __init__(self, synchronize: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        synchronize: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.synchronize = synchronize
+        self.clock = clock
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
 
@@ -283,13 +294,13 @@ class PhaseTimer:
     def phase(self, name: str) -> Iterator[None]:
         if self.synchronize is not None:
             self.synchronize()
-        start = time.perf_counter()
+        start = self.clock()
         try:
             yield
         finally:
             if self.synchronize is not None:
                 self.synchronize()
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + self.clock() - start
             self.calls[name] = self.calls.get(name, 0) + 1
 
     def total(self, *names: str) -> float:

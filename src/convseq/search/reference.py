@@ -121,9 +121,12 @@ class _ReferenceSearch:
                 lprobs, attn = m.decode(prev, encoder_out, state)  # (rows, V), (rows, S)
             self.attn.append(attn)
 
-            with self.phase("selection"):
+            with self.phase("candidates"):
                 lprobs = self._mask(lprobs, step, sentences)
-                cands = self._candidates(lprobs, scores, step, len(sentences))
+                best = self._topk(lprobs, scores, step, len(sentences))
+
+            with self.phase("selection"):
+                cands = self._candidates(best, lprobs.size(1))
                 # every sentence, every candidate, in Python: continue, finalise or skip
                 active_rows: list[list[tuple[int, int, float, float]]] = []
                 to_finalise: list[tuple[int, int, float, float]] = []  # (sentence, row, score, lp)
@@ -178,7 +181,7 @@ class _ReferenceSearch:
     def _mask(self, lprobs: torch.Tensor, step: int, sentences: list[int]) -> torch.Tensor:
         """Forbidden tokens get -inf; penalties; EOS forbidden early, forced at the limit."""
         m, K = self.m, self.beam
-        lprobs = torch.where(torch.isnan(lprobs), torch.full_like(lprobs, NEG_INF), lprobs)
+        lprobs = torch.nan_to_num(lprobs, nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
         lprobs[:, m.pad] = NEG_INF
         lprobs[:, m.unk] = lprobs[:, m.unk] - self.unk_penalty
         if step < self.min_len:
@@ -191,32 +194,33 @@ class _ReferenceSearch:
                 lprobs[rows, m.eos] = eos_col
         return lprobs
 
-    def _candidates(
+    def _topk(
         self, lprobs: torch.Tensor, scores: list[float], step: int, bsz: int
-    ) -> list[list[tuple[float, int, int, float]]]:
-        """Per sentence, its 2K best (score, row, token, log-prob), best first."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per sentence, its best (score, index into beam x vocab, token log-prob), best first."""
         K = self.beam
         vocab = lprobs.size(1)
         if step == 0:
             # every beam holds the same prefix: candidates come from the first row only
             first = lprobs.view(bsz, K, vocab)[:, 0, :]  # (bsz, V)
-            k = min(2 * K, vocab)
-            values, idx = first.topk(k, dim=1)
-            values, idx = values.tolist(), idx.tolist()
-            firsts = first.gather(1, torch.tensor(idx, device=lprobs.device)).tolist()
-            return [
-                [(values[b][j], b * K, idx[b][j], firsts[b][j]) for j in range(k)]
-                for b in range(bsz)
-            ]
+            values, idx = first.topk(min(2 * K, vocab), dim=1)  # (bsz, k)
+            return values, idx, first.gather(1, idx)  # beam 0 only: idx < V
         cum = torch.tensor(scores, dtype=lprobs.dtype, device=lprobs.device)  # (rows,)
         total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
-        values, idx = total.topk(2 * K, dim=1)
-        token_lps = lprobs.view(bsz, K * vocab).gather(1, idx).tolist()
-        values, idx = values.tolist(), idx.tolist()
+        values, idx = total.topk(2 * K, dim=1)  # (bsz, 2K)
+        return values, idx, lprobs.view(bsz, K * vocab).gather(1, idx)
+
+    def _candidates(
+        self, best: tuple[torch.Tensor, torch.Tensor, torch.Tensor], vocab: int
+    ) -> list[list[tuple[float, int, int, float]]]:
+        """The topk as Python: per sentence, (score, row, token, log-prob) per candidate."""
+        values, idx, token_lps = best
+        values, idx, token_lps = values.tolist(), idx.tolist(), token_lps.tolist()
+        K = self.beam
         out = []
-        for b in range(bsz):
+        for b in range(len(values)):
             row_cands = []
-            for j in range(2 * K):
+            for j in range(len(values[b])):
                 beam, token = divmod(idx[b][j], vocab)
                 row_cands.append((values[b][j], b * K + beam, token, token_lps[b][j]))
             out.append(row_cands)
