@@ -1,0 +1,138 @@
+"""One epoch of DDP training on CPU (2 processes, gloo) that records what each rank did.
+
+Run by tests/test_ddp.py in a subprocess, never inside pytest: Lightning's DDP launcher starts
+rank 1 by re-running this command line.
+
+    python tests/ddp_script.py CORPUS_DIR CACHE_DIR OUTPUT_DIR RECORD_DIR
+
+Every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
+first update, every train batch's sentence ids and dummy flag, and the first batch itself; and
+`RECORD_DIR/rank{r}_writes.json`: every file or folder it created, opened for writing or renamed
+inside OUTPUT_DIR (seen through Python's audit hooks, so nothing in convseq is patched).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_TOKENS = 280  # 19 train batches (rank 1 gets one dummy), 3 valid batches (one dummy)
+TINY = [
+    "model.encoder_embed_dim=16",
+    "model.decoder_embed_dim=16",
+    "model.decoder_out_embed_dim=16",
+    "model.encoder_layers=[[16,3]]",
+    "model.decoder_layers=[[16,3]]",
+    "model.dropout=0.0",  # the reference step in the test must see the same forward pass
+]
+
+_writes: list[str] = []
+_rank = {"value": int(os.environ.get("LOCAL_RANK", "0"))}
+
+
+def _watch_writes(output_dir: Path) -> None:
+    """Record every write inside `output_dir` made by this process."""
+    prefix = str(output_dir)
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = args
+            writing = (mode is not None and any(c in str(mode) for c in "wax+")) or (
+                mode is None and isinstance(flags, int) and flags & write_flags
+            )
+            if writing and isinstance(path, (str, os.PathLike)) and str(path).startswith(prefix):
+                _writes.append(f"open {path}")
+        elif event in ("os.rename", "os.mkdir", "os.remove"):
+            for path in args[:2]:
+                if isinstance(path, (str, os.PathLike)) and str(path).startswith(prefix):
+                    _writes.append(f"{event} {path}")
+                    break
+
+    sys.addaudithook(hook)
+
+
+class Recorder(pl.Callback):
+    """Keeps this rank's batches and its weights before and after the first update."""
+
+    def __init__(self) -> None:
+        self.record: dict[str, Any] = {"batches": [], "dummy": []}
+
+    @staticmethod
+    def _weights(module: pl.LightningModule) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in module.model.state_dict().items()}
+
+    def on_train_start(self, trainer, module) -> None:
+        _rank["value"] = trainer.global_rank
+        self.record.update(rank=trainer.global_rank, world=trainer.world_size)
+        self.record["init"] = self._weights(module)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self.record["batches"].append(batch["id"].tolist())
+        self.record["dummy"].append(bool(batch.get("is_dummy", False)))
+        if batch_idx == 0:
+            self.record["first_batch"] = {
+                "net_input": {k: v.clone() for k, v in batch["net_input"].items()},
+                "target": batch["target"].clone(),
+            }
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            self.record["after_first_update"] = self._weights(module)
+            self.record["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+
+    def on_train_end(self, trainer, module) -> None:
+        self.record["updates"] = trainer.global_step
+
+
+def main() -> None:
+    corpus, cache, output_dir, record_dir = (Path(a).absolute() for a in sys.argv[1:5])
+    torch.set_num_threads(1)
+    _watch_writes(output_dir)
+    record_dir.mkdir(parents=True, exist_ok=True)
+    atexit.register(
+        lambda: (record_dir / f"rank{_rank['value']}_writes.json").write_text(json.dumps(_writes))
+    )
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from convseq.cli import to_plain
+    from convseq.schema import register_configs
+    from convseq.train import train
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    overrides = [
+        "data.generator=null",
+        f"data.dir={corpus}",
+        f"paths.cache_dir={cache}",
+        f"batching.max_tokens={MAX_TOKENS}",
+        *TINY,
+        "optim.clip_norm=0",  # clipping would hide a wrong normalisation factor
+        "trainer.accelerator=cpu",
+        "trainer.strategy=ddp",
+        "trainer.devices=2",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.log_every_n_steps=1",
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides)
+    GlobalHydra.instance().clear()
+    cfg.paths.output_dir = str(output_dir)
+    recorder = Recorder()
+    train(to_plain(cfg), callbacks=[recorder])
+    torch.save(recorder.record, record_dir / f"rank{recorder.record['rank']}.pt")
+
+
+if __name__ == "__main__":
+    main()
