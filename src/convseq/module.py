@@ -145,7 +145,9 @@ class ConvSeqModule(pl.LightningModule):
         size = self.criterion.sample_size(out)
         row = [size, out.ntokens, out.nsentences, out.loss.detach(), out.nll_loss.detach()]
         dev = out.loss.device
-        sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=dev) for v in row])
+        sums = torch.stack(
+            [torch.as_tensor(v, dtype=torch.float64, device=dev) for v in row]
+        )  # (5,)
         if batch.get("is_dummy", False):
             # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
             return out.loss * 0.0, torch.zeros_like(sums)
@@ -166,7 +168,7 @@ class ConvSeqModule(pl.LightningModule):
             sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
         self._update_sums = torch.zeros_like(sums)
         self._last_update = sums
-        size = sums[SAMPLE]
+        size = sums[SAMPLE]  # () tokens (or sentences) of the whole update, all ranks
         factor = self.trainer.accumulate_grad_batches * self.trainer.world_size
         # 0 when the whole update held no target token (only possible with dummy batches).
         scale = torch.where(size > 0, factor / size.clamp(min=1.0), torch.zeros_like(size))
@@ -190,6 +192,11 @@ class ConvSeqModule(pl.LightningModule):
         else:
             gnorm = torch.nn.utils.get_total_norm([p.grad for p in params])
         if not torch.isfinite(gnorm):  # one host sync per update, as fairseq's own check
+            if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+                # 16-mixed: an overflow; the GradScaler skips this step and lowers its scale.
+                self._gnorm = torch.zeros((), dtype=torch.float64, device=gnorm.device)
+                self._clipped = torch.zeros_like(self._gnorm)
+                return
             raise FloatingPointError(
                 f"the gradient norm is {gnorm.item()} at update {self.global_step + 1} (epoch "
                 f"{self.current_epoch + 1}); training stopped. Lower optim.lr or "
