@@ -232,7 +232,8 @@ def _search(
             # fairseq's active-hypothesis trick, as one stable sort: EOS candidates go behind
             # every other candidate, the rest keep their rank, so the first K are the K best
             # continuing hypotheses
-            active = cand_eos.sort(dim=1, stable=True).indices[:, :K]  # (bsz, K), best first
+            flags = cand_eos.to(torch.uint8)  # bytes: sortable on every device
+            active = flags.sort(dim=1, stable=True).indices[:, :K]  # (bsz, K), best first
             parents = cand_rows.gather(1, active).view(-1)  # (bsz*K,) the row each continues
             new_tokens = cand_tokens.gather(1, active).view(-1, 1)  # (bsz*K, 1)
             new_lprobs = cand_lprobs.gather(1, active).view(-1, 1)  # (bsz*K, 1)
