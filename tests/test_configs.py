@@ -106,3 +106,14 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert commands, ".ci/run runs no pytest command"
     for command in commands:
         assert command in readme, f"README does not show the CI command: {command}"
+
+
+def test_token_budget_follows_the_corpus_preset_unless_overridden(tmp_path, cache_dir):
+    toy = to_plain(compose_config([], output_dir=str(tmp_path)))
+    assert toy["batching"]["max_tokens"] == toy["data"]["batch_tokens"] == 1000
+    m30k = to_plain(compose_config(["data=multi30k"], output_dir=str(tmp_path)))
+    assert m30k["batching"]["max_tokens"] == 4000
+    mine = to_plain(compose_config(["batching.max_tokens=2500"], output_dir=str(tmp_path)))
+    assert mine["batching"]["max_tokens"] == 2500
+    sentences = to_plain(compose_config(["batching=sentences"], output_dir=str(tmp_path)))
+    assert sentences["batching"]["max_tokens"] is None

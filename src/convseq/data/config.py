@@ -53,6 +53,9 @@ class DataConfig:
     # Train pairs whose source or target (stripped) fully matches this regex are dropped and counted.
     drop_train_regex: str | None = None
     num_workers: int = 0  # DataLoader worker processes (0 = load in the main process)
+    # The corpus's usual token budget: conf/batching/tokens.yaml reads it as its max_tokens, so a
+    # small corpus can ask for smaller batches (more updates per epoch). batching.max_tokens wins.
+    batch_tokens: int = 4000
 
 
 @dataclass
