@@ -62,11 +62,32 @@ def run_average(cfg: dict[str, Any]) -> Path:
     return average(cfg)
 
 
+def run_import_fairseq(cfg: dict[str, Any]) -> Path:
+    """Convert the fairseq checkpoint `ckpt` to a convseq checkpoint (see convseq.import_fairseq)."""
+    from convseq.errors import CheckpointError
+    from convseq.import_fairseq import import_fairseq
+
+    if not cfg.get("ckpt"):
+        raise CheckpointError("task=import_fairseq needs ckpt=PATH: a fairseq fconv checkpoint")
+    opts = cfg.get("import_fairseq") or {}
+    output = opts.get("output") or str(Path(cfg["paths"]["output_dir"]) / "imported.ckpt")
+    path = import_fairseq(
+        cfg["ckpt"],
+        output,
+        opts.get("dict_dir"),
+        optim=cfg.get("optim"),
+        criterion=cfg.get("criterion"),
+    )
+    print(f"convseq checkpoint written: {path}")
+    return path
+
+
 TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "preprocess": run_preprocess,
     "train": run_train,
     "report": run_report,
     "average": run_average,
+    "import_fairseq": run_import_fairseq,
 }
 assert set(TASK_FUNCTIONS) == set(TASKS)
 

@@ -18,7 +18,13 @@ from omegaconf import MISSING, OmegaConf
 from convseq.data.config import BatchingConfig, DataConfig
 from convseq.models.config import FConvConfig
 
-TASKS = ("preprocess", "train", "report", "average")  # grows as tasks land: generate, ...
+TASKS = (
+    "preprocess",
+    "train",
+    "report",
+    "average",
+    "import_fairseq",
+)  # grows as tasks land: generate, ...
 
 
 @dataclass
@@ -112,10 +118,18 @@ class AverageConfig:
 
 
 @dataclass
+class ImportFairseqConfig:
+    """`task=import_fairseq ckpt=PATH`: convert a fairseq fconv checkpoint to a convseq one."""
+
+    dict_dir: str | None = None  # folder of dict.<lang>.txt (default: beside the checkpoint)
+    output: str | None = None  # the converted checkpoint (default <output_dir>/imported.ckpt)
+
+
+@dataclass
 class Config:
     """The root of every composed configuration."""
 
-    task: str = "train"  # preprocess | train | report | average
+    task: str = "train"  # preprocess | train | report | average | import_fairseq
     seed: int = 1  # fairseq's --seed: model init, batch order (seed + epoch)
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -135,6 +149,7 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     ckpts: list[str] = field(default_factory=list)  # task=average: checkpoints (or a run folder)
     average: AverageConfig = field(default_factory=AverageConfig)
+    import_fairseq: ImportFairseqConfig = field(default_factory=ImportFairseqConfig)
 
 
 def default_cache_dir() -> str:
