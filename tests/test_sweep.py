@@ -120,8 +120,16 @@ def test_ddp_inside_a_local_multirun_is_refused_before_the_job_runs(tmp_path, ca
     callback.on_job_start(cfg, task_function=None)  # SLURM starts the ranks itself: fine
 
 
+def _installed(module: str) -> bool:
+    """Whether `module` can be imported (a missing parent package counts as not installed)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 @pytest.mark.skipif(
-    importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None,
+    not _installed("hydra_plugins.hydra_submitit_launcher"),
     reason="hydra-submitit-launcher not installed (pip install -e '.[slurm]')",
 )
 def test_slurm_launcher_runs_one_task_per_device():
