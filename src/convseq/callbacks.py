@@ -1,4 +1,4 @@
-"""Training callbacks: annealing, update limit, RNG state, SIGTERM/SIGINT, per-epoch checkpoints.
+"""Training callbacks: annealing, update limit, RNG state, SIGTERM/SIGINT, checkpoints.
 
 Each callback that ends training records why in `stop_reason` (and logs it), so that the run's
 summary can say which limit fired. State that a resumed run needs (the annealer, the RNG) is
@@ -20,6 +20,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
 
+from convseq.errors import NonFiniteError
 from convseq.optim.anneal import Annealer
 
 
@@ -269,6 +270,31 @@ class SignalCallback(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._agreed(trainer):
             _stop(trainer, self, f"{self._name()} during epoch {trainer.current_epoch + 1}")
+
+
+class CrashCheckpoint(pl.Callback):
+    """On a NaN or inf loss or gradient (`NonFiniteError`), saves the state at the failure.
+
+    The file (`checkpoint_path`, normally crash.ckpt beside last.ckpt) is for inspection, as
+    fairseq's crash.pt; last.ckpt and best.ckpt are never written with that state. The error's
+    message then names the file. A failure to write it is reported without hiding the error.
+
+    Args:
+        checkpoint_path: where the state goes.
+    """
+
+    def __init__(self, checkpoint_path: str):
+        self.checkpoint_path = str(checkpoint_path)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if not isinstance(exception, NonFiniteError):
+            return
+        try:
+            trainer.save_checkpoint(self.checkpoint_path, weights_only=False)
+        except Exception as e:  # a full disk must not replace the NaN error
+            rank_zero_info(f"convseq: could not save {self.checkpoint_path}: {e}")
+            return
+        exception.crash_checkpoint = self.checkpoint_path
 
 
 class EpochCheckpoint(ModelCheckpoint):

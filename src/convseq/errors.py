@@ -27,3 +27,32 @@ class DataError(ConvseqError, ValueError):
 
 class CheckpointError(ConvseqError):
     """A checkpoint cannot be read, is not a checkpoint, or does not match the model or data."""
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint could not be written (full disk, read-only or unwritable folder).
+
+    Also an OSError, with the errno of the failure; the file it was replacing is left intact.
+    """
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class NonFiniteError(ConvseqError, FloatingPointError):
+    """The loss or the gradient norm became NaN or inf during training.
+
+    `crash_checkpoint` is set once the state at the failure has been saved; the message then
+    names the file.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+        self.crash_checkpoint: str | None = None
+
+    def __str__(self) -> str:
+        if self.crash_checkpoint is None:
+            return self.message
+        return f"{self.message} The state at the failure is saved in {self.crash_checkpoint}."

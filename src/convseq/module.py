@@ -36,11 +36,12 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from convseq.checkpoint import READ_ERRORS
+from convseq.checkpoint import is_refused, read_error
 from convseq.criterion import LabelSmoothedCrossEntropy
 from convseq.data.dictionary import Dictionary
-from convseq.errors import CheckpointError
+from convseq.errors import CheckpointError, NonFiniteError
 from convseq.models.fconv import FConvModel
+from convseq.nonfinite import first_non_finite_module, non_finite_gradients
 from convseq.optim.build import build_optimizer
 
 LN2 = math.log(2.0)
@@ -124,6 +125,7 @@ class ConvSeqModule(pl.LightningModule):
         self.valid_epoch: int | None = None  # Lightning epoch (0-based) of the last validation
         self.valid_loss: float | None = None
         self.test_figures: dict[str, float] = {}
+        self._last_batch: dict | None = None
 
     # -- model ----------------------------------------------------------------------------------
     def forward(
@@ -155,6 +157,7 @@ class ConvSeqModule(pl.LightningModule):
 
     # -- training -------------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self._last_batch = batch  # a reference only: re-run to name the module if a NaN appears
         loss, sums = self._batch_sums(batch)
         if self._update_sums.device != sums.device:
             self._update_sums = self._update_sums.to(sums.device)
@@ -187,23 +190,52 @@ class ConvSeqModule(pl.LightningModule):
             raise ValueError(f"convseq clips by norm only, got {gradient_clip_algorithm!r}")
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         clip = float(gradient_clip_val or 0.0)
+        # The norm first, then the check, then clipping (what clip_grad_norm_ does in one call):
+        # a failing update's gradients stay as they were, so the bad parameters can be named.
+        gnorm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        loss = self._last_update[LOSS].to(gnorm.device)
+        # One host sync per update, as fairseq's own check (gradient norm and loss together).
+        gnorm_ok, loss_ok = torch.isfinite(torch.stack([gnorm.double(), loss])).tolist()
+        if not gnorm_ok and getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            # 16-mixed: an overflow; the GradScaler skips this step and lowers its scale.
+            self._gnorm = torch.zeros((), dtype=torch.float64, device=gnorm.device)
+            self._clipped = torch.zeros_like(self._gnorm)
+            return
+        if not (gnorm_ok and loss_ok):
+            raise self._non_finite_error(gnorm, loss, gnorm_ok)
         if clip > 0:
-            gnorm = torch.nn.utils.clip_grad_norm_(params, clip)  # norm before clipping
-        else:
-            gnorm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        if not torch.isfinite(gnorm):  # one host sync per update, as fairseq's own check
-            if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
-                # 16-mixed: an overflow; the GradScaler skips this step and lowers its scale.
-                self._gnorm = torch.zeros((), dtype=torch.float64, device=gnorm.device)
-                self._clipped = torch.zeros_like(self._gnorm)
-                return
-            raise FloatingPointError(
-                f"the gradient norm is {gnorm.item()} at update {self.global_step + 1} (epoch "
-                f"{self.current_epoch + 1}); training stopped. Lower optim.lr or "
-                "optim.clip_norm, and resume from the last checkpoint (resume=true)"
-            )
+            torch.nn.utils.clip_grads_with_norm_(params, clip, gnorm)
         self._gnorm = gnorm.detach().double()
         self._clipped = (gnorm > clip).double() if clip > 0 else torch.zeros_like(self._gnorm)
+
+    def _non_finite_error(
+        self, gnorm: torch.Tensor, loss: torch.Tensor, gnorm_ok: bool
+    ) -> NonFiniteError:
+        """The error for a non-finite update, naming the step, the module and the parameters."""
+        what = []
+        if not math.isfinite(float(loss)):
+            what.append(f"the loss is {float(loss)}")
+        if not gnorm_ok:
+            what.append(f"the gradient norm is {float(gnorm)}")
+        where = f"at update {self.global_step + 1} (epoch {self.current_epoch + 1})"
+        bad_grads = non_finite_gradients(self.named_parameters())
+        module = None
+        if self._last_batch is not None:  # re-run the update's last batch, watching every module
+            module = first_non_finite_module(self, lambda: self._batch_sums(self._last_batch))
+        found = []
+        if module is not None:
+            found.append(f"first non-finite output: {module} (the update's last batch, re-run)")
+        elif self._last_batch is not None:
+            found.append("every module's output is finite when the update's last batch is re-run")
+        if bad_grads:
+            more = f" and {len(bad_grads) - 3} more" if len(bad_grads) > 3 else ""
+            found.append(f"non-finite gradients in {', '.join(bad_grads[:3])}{more}")
+        detail = f" ({'; '.join(found)})" if found else ""
+        return NonFiniteError(
+            f"{' and '.join(what)} {where}{detail}; training stopped, and last.ckpt and "
+            "best.ckpt still hold the state before it. Lower optim.lr or optim.clip_norm, and "
+            "resume from the last checkpoint (resume=true)."
+        )
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure=None):
         super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
@@ -358,15 +390,25 @@ class ConvSeqModule(pl.LightningModule):
     def load_from_checkpoint(  # type: ignore[override]
         cls, checkpoint_path: str, map_location: Any = None, **kwargs: Any
     ) -> ConvSeqModule:
-        """Load a trained module; a missing or unreadable file raises CheckpointError naming it."""
+        """Load a trained module, weights-only; a bad file raises CheckpointError naming it.
+
+        `weights_only` is always True: a file whose pickle references anything but tensors and
+        plain values is refused, never unpickled (whatever torch's environment variables say).
+        """
+        if kwargs.pop("weights_only", True) is not True:
+            raise ValueError("convseq loads checkpoints weights-only (weights_only=True) only")
         if not os.path.isfile(checkpoint_path):
             raise CheckpointError(f"{checkpoint_path}: no such checkpoint file")
         try:
             return super().load_from_checkpoint(
-                checkpoint_path, map_location=map_location, **kwargs
+                checkpoint_path, map_location=map_location, weights_only=True, **kwargs
             )
-        except READ_ERRORS as e:
+        except Exception as e:  # weights-only loading ran no code from the file
+            if is_refused(e):
+                raise read_error(checkpoint_path, e) from None
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()][:2]
             raise CheckpointError(
-                f"{checkpoint_path}: cannot load a ConvSeqModule ({type(e).__name__}: "
-                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+                f"{checkpoint_path}: cannot load a ConvSeqModule: not a convseq checkpoint, or a "
+                f"damaged one ({type(e).__name__}: {' '.join(lines)[:300]}); convseq checkpoints "
+                "come from task=train (last.ckpt, best.ckpt) or task=import_fairseq"
             ) from e

@@ -9,7 +9,8 @@ by default), which run.py hands to Hydra sweepers.
 Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 
 - `checkpoints/last.ckpt` (every epoch, and on SIGTERM/SIGINT in the middle of one),
-  `checkpoints/best.ckpt` (best `checkpoint.monitor`), `checkpoints/epochNNN.ckpt` (optional);
+  `checkpoints/best.ckpt` (best `checkpoint.monitor`), `checkpoints/epochNNN.ckpt` (optional),
+  `checkpoints/crash.ckpt` (the state at a NaN or inf loss or gradient, which stops training);
 - `csv/metrics.csv` (one file, continued by resumed runs);
 - `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
   figures and the per-epoch history (lr, train and valid figures, time).
@@ -31,6 +32,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
 
 from convseq.callbacks import (
     AnnealingCallback,
+    CrashCheckpoint,
     EpochCheckpoint,
     MaxUpdateCallback,
     RNGStateCallback,
@@ -40,9 +42,12 @@ from convseq.callbacks import (
 from convseq.checkpoint import (
     BEST,
     CHECKPOINT_DIR,
+    CRASH,
     LAST,
     AtomicCheckpointIO,
+    check_writable,
     load_checkpoint,
+    remove_stale_temps,
     resolve_resume,
 )
 from convseq.data.databin import DataBin
@@ -83,6 +88,7 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
         "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
         "rng": RNGStateCallback(),
         "signal": SignalCallback(str(ckpt_dir / LAST)),
+        "crash": CrashCheckpoint(str(ckpt_dir / CRASH)),
         "best": ModelCheckpoint(
             dirpath=str(ckpt_dir),
             filename=Path(BEST).stem,
@@ -132,7 +138,9 @@ def build_trainer(
     )
 
 
-def _check_resume(ckpt: Mapping[str, Any], module: ConvSeqModule, path: Path) -> int:
+def _check_resume(
+    ckpt: Mapping[str, Any], module: ConvSeqModule, path: Path, databin: DataBin
+) -> int:
     """Refuse a checkpoint of another model or vocabulary; return its logging step."""
     hp = ckpt.get("hyper_parameters")
     if not isinstance(hp, Mapping) or "model" not in hp or "tgt_vocab" not in hp:
@@ -153,11 +161,21 @@ def _check_resume(ckpt: Mapping[str, Any], module: ConvSeqModule, path: Path) ->
             f"{path}: trained with another model configuration ({detail}); resume with the "
             "same model settings"
         )
-    for side in ("src_vocab", "tgt_vocab"):
-        if list(hp[side]) != list(mine[side]):
+    for side, lang in (("src_vocab", databin.src_lang), ("tgt_vocab", databin.tgt_lang)):
+        theirs, ours = list(hp[side]), list(mine[side])
+        if theirs != ours:
+            dict_file = databin.path / f"dict.{lang}.txt"
+            if len(theirs) != len(ours):
+                how = f"{len(theirs)} symbols there, {len(ours)} in {dict_file}"
+            else:
+                i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+                how = (
+                    f"both {len(ours)} symbols, but symbol {i} is {theirs[i]!r} there and "
+                    f"{ours[i]!r} in {dict_file}"
+                )
             raise CheckpointError(
-                f"{path}: its {side} ({len(hp[side])} symbols) differs from this data's "
-                f"({len(mine[side])}); resume with the data the run was trained on"
+                f"{path}: its {side} does not match this run's data-bin ({how}); resume with "
+                "the data (data=..., data.* settings) the run was trained on"
             )
     try:
         return int(ckpt["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
@@ -239,6 +257,10 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
             f"{ckpt_dir / LAST}: this folder already holds a run; continue it with resume=true "
             "or choose another hydra.run.dir"
         )
+    if rank_zero_only.rank == 0:  # the only rank that writes checkpoints
+        check_writable(ckpt_dir)  # an unwritable folder fails now, not after the first epoch
+        if resume is not None:
+            remove_stale_temps(ckpt_dir)  # left by a process killed while saving
     seed = int(cfg.get("seed", 1))
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
@@ -247,7 +269,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     last_step = -1
     if resume is not None:
         ckpt = load_checkpoint(resume, weights_only=True)
-        last_step = _check_resume(ckpt, module, resume)
+        last_step = _check_resume(ckpt, module, resume, databin)
         del ckpt
         rank_zero_info(f"convseq: resuming from {resume}")
 
