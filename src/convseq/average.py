@@ -153,6 +153,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
     Returns:
         The path written.
     """
+    output = Path(output).absolute()
+    if output in {Path(p).absolute() for p in paths}:
+        raise CheckpointError(f"{output}: average.output would overwrite one of the inputs")
     first, averaged = average_state_dicts(paths)
     out = {
         "state_dict": averaged,
@@ -163,9 +166,6 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
     }
     if "pytorch-lightning_version" in first:
         out["pytorch-lightning_version"] = first["pytorch-lightning_version"]
-    output = Path(output).absolute()
-    if output in {Path(p).absolute() for p in paths}:
-        raise CheckpointError(f"{output}: average.output would overwrite one of the inputs")
     atomic_torch_save(out, output)
     return output
 
