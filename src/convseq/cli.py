@@ -82,12 +82,28 @@ def run_import_fairseq(cfg: dict[str, Any]) -> Path:
     return path
 
 
+def run_generate(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Translate and score a split with `ckpt` (see `convseq.generate`)."""
+    from convseq.generate import run_generate as generate
+
+    return generate(cfg)
+
+
+def run_interactive(cfg: dict[str, Any]) -> tuple[int, int]:
+    """Translate stdin line by line with `ckpt` (see `convseq.interactive`)."""
+    from convseq.interactive import run_interactive as interactive
+
+    return interactive(cfg)
+
+
 TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "preprocess": run_preprocess,
     "train": run_train,
     "report": run_report,
     "average": run_average,
     "import_fairseq": run_import_fairseq,
+    "generate": run_generate,
+    "interactive": run_interactive,
 }
 assert set(TASK_FUNCTIONS) == set(TASKS)
 

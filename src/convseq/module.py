@@ -40,9 +40,11 @@ from convseq.checkpoint import is_refused, read_error
 from convseq.criterion import LabelSmoothedCrossEntropy
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError, NonFiniteError
+from convseq.loading import TEXT_KEY
 from convseq.models.fconv import FConvModel
 from convseq.nonfinite import first_non_finite_module, non_finite_gradients
 from convseq.optim.build import build_optimizer
+from convseq.translator import Translator, translator_of
 
 LN2 = math.log(2.0)
 
@@ -125,6 +127,11 @@ class ConvSeqModule(pl.LightningModule):
         self.valid_epoch: int | None = None  # Lightning epoch (0-based) of the last validation
         self.valid_loss: float | None = None
         self.test_figures: dict[str, float] = {}
+        # Extra validation figures set by callbacks before on_validation_epoch_end (valid/bleu).
+        self.valid_extra: dict[str, float] = {}
+        # The training data's segmentation (convseq.loading.text_processing), kept in checkpoints
+        # so that raw text can be translated from the checkpoint alone.
+        self.text_processing: dict | None = None
         self._last_batch: dict | None = None
 
     # -- model ----------------------------------------------------------------------------------
@@ -342,6 +349,8 @@ class ConvSeqModule(pl.LightningModule):
         if self.trainer.sanity_checking:
             return
         record = self._eval_figures("valid")
+        record.update(self.valid_extra)
+        self.valid_extra = {}
         self.log_dict(record, prog_bar=True, batch_size=1)
         self.valid_epoch = self.current_epoch
         self.valid_loss = record["valid/loss"]
@@ -356,6 +365,21 @@ class ConvSeqModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self.test_figures = self._eval_figures("test")
         self.log_dict(self.test_figures, batch_size=1)
+
+    # -- generation -----------------------------------------------------------------------------
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """Per sentence of the batch: its id and n-best hypotheses (tokens, detokenised text,
+        scores, alignment), searched with `translator().options` (see `convseq.translator`).
+        Sort trainer.predict's output with `convseq.translator.in_input_order`."""
+        return self.translator().translate_batch(batch)
+
+    def translator(self) -> Translator:
+        """This model as a `convseq.translator.Translator` (its `options` set the search)."""
+        return translator_of(self)
+
+    def translate(self, sentences: str | Sequence[str], **options: Any) -> str | list:
+        """Translate raw text (see `Translator.translate`): ``translate(["..."], beam=5)``."""
+        return self.translator().translate(sentences, **options)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def training_seconds(self) -> float:
@@ -373,8 +397,11 @@ class ConvSeqModule(pl.LightningModule):
             "total_seconds": float(self._total_carry + now - self._t_fit),
             "history": [dict(h) for h in self.history],
         }
+        if self.text_processing is not None:
+            checkpoint[TEXT_KEY] = self.text_processing
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.text_processing = checkpoint.get(TEXT_KEY, self.text_processing)
         state = checkpoint.get(STATE_KEY)
         if state is None:
             return

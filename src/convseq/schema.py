@@ -24,7 +24,9 @@ TASKS = (
     "report",
     "average",
     "import_fairseq",
-)  # grows as tasks land: generate, ...
+    "generate",
+    "interactive",
+)
 
 
 @dataclass
@@ -126,10 +128,33 @@ class ImportFairseqConfig:
 
 
 @dataclass
+class GenConfig:
+    """Generation: task=generate / interactive, and BLEU during training (fairseq-generate's flags)."""
+
+    beam: int = 5
+    lenpen: float = 1.0  # scores divided by length ** lenpen
+    unk_penalty: float = 0.0  # subtracted from the unknown word's log-prob
+    min_len: int = 1  # EOS forbidden before this many tokens
+    max_len_a: float = 0.0  # EOS forced after int(max_len_a * src_len + max_len_b) tokens
+    max_len_b: int = 200
+    nbest: int = 1  # hypotheses per sentence in the n-best file (and interactive output)
+    normalize_scores: bool = True  # false: fairseq's --unnormalized (plain log-prob sums)
+    need_attn: bool = True  # attention alignments in the n-best file (false: a little faster)
+    max_tokens: int | None = 4000  # source tokens per batch, padding included
+    batch_size: int | None = None  # sentences per batch (with or instead of max_tokens)
+    split: str = "test"  # valid | test: the split task=generate translates and scores
+    tokenize: str = "13a"  # sacreBLEU's tokenizer
+    profile: bool = False  # task=generate: print where the time goes
+    output: str | None = None  # folder of the generate files (default: the run folder)
+    dict_dir: str | None = None  # fairseq checkpoints: folder of dict.<lang>.txt (default: beside)
+    test_bleu: bool = True  # task=train: translate the test split with the best checkpoint
+
+
+@dataclass
 class Config:
     """The root of every composed configuration."""
 
-    task: str = "train"  # preprocess | train | report | average | import_fairseq
+    task: str = "train"  # one of TASKS
     seed: int = 1  # fairseq's --seed: model init, batch order (seed + epoch)
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -150,6 +175,9 @@ class Config:
     ckpts: list[str] = field(default_factory=list)  # task=average: checkpoints (or a run folder)
     average: AverageConfig = field(default_factory=AverageConfig)
     import_fairseq: ImportFairseqConfig = field(default_factory=ImportFairseqConfig)
+    gen: GenConfig = field(default_factory=GenConfig)
+    bleu_every_n_epochs: int = 0  # task=train: validation BLEU every N epochs (0 = off)
+    profile: bool = False  # task=train: print where each training epoch's time goes
 
 
 def default_cache_dir() -> str:

@@ -13,7 +13,9 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
   `checkpoints/crash.ckpt` (the state at a NaN or inf loss or gradient, which stops training);
 - `csv/metrics.csv` (one file, continued by resumed runs);
 - `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
-  figures and the per-epoch history (lr, train and valid figures, time).
+  figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`) and
+  the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
+  `bleu_every_n_epochs`), and with `profile=true` the mean breakdown of a training epoch.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
 
+from convseq.bleu import ValidBleu, model_scores, wants_valid_bleu
 from convseq.callbacks import (
     AnnealingCallback,
     CrashCheckpoint,
@@ -54,7 +57,9 @@ from convseq.data.databin import DataBin
 from convseq.data.datamodule import BatchEpochCallback, TranslationDataModule
 from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
+from convseq.loading import databin_text_processing
 from convseq.module import ConvSeqModule, plain
+from convseq.profile import EpochProfiler, LoggingTimer
 from convseq.run_log import (
     METRICS_FILE,
     SUMMARY_FILE,
@@ -109,6 +114,11 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
     keep = int(ck.get("keep_epochs", 0) or 0)
     if keep != 0:
         cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), keep)
+    every = wants_valid_bleu(cfg)
+    if every:
+        cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
+    if cfg.get("profile"):
+        cbs["profile"] = LoggingTimer()
     return cbs
 
 
@@ -135,6 +145,7 @@ def build_trainer(
         logger=loggers,
         plugins=[AtomicCheckpointIO()],
         enable_model_summary=False,
+        profiler=EpochProfiler() if cfg.get("profile") else None,
     )
 
 
@@ -215,6 +226,10 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"
 
 
+def _bleu(test: Mapping[str, Any]) -> str:
+    return f" BLEU {test['test/bleu']:.2f}" if "test/bleu" in test else ""
+
+
 @rank_zero_only
 def _report(output_dir: Path, summary: dict[str, Any]) -> None:
     write_summary(output_dir / SUMMARY_FILE, summary)
@@ -224,7 +239,7 @@ def _report(output_dir: Path, summary: dict[str, Any]) -> None:
         f"{summary['train_seconds']:.1f}s; stopped: {summary['stop_reason']}; best "
         f"{summary['optimized_metric']} {_fmt(summary['best_value'])} (epoch "
         f"{summary['best_epoch']}); test loss {_fmt(test.get('test/loss'))} ppl "
-        f"{_fmt(test.get('test/ppl'))}; {output_dir}",
+        f"{_fmt(test.get('test/ppl'))}{_bleu(test)}; {output_dir}",
         flush=True,
     )
 
@@ -265,6 +280,8 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
     module = build_module(cfg, databin)
+    # the data's segmentation travels in the checkpoints: raw text translates without the data
+    module.text_processing = databin_text_processing(databin)
 
     last_step = -1
     if resume is not None:
@@ -307,6 +324,14 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)
     elif not interrupted:
         trainer.test(module, datamodule=dm, verbose=False)
+    gen = cfg.get("gen") or {}
+    if not interrupted and gen.get("test_bleu", True) and trainer.is_global_zero:
+        # the module holds the weights just tested (best.ckpt's)
+        scores, _ = model_scores(module, dm.databin, "test", gen)
+        module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
+        module.test_figures["test/bleu_signature"] = scores.bleu_signature
+        for line in scores.lines():
+            print(f"convseq: test {line}", flush=True)
 
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
@@ -329,5 +354,9 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "test": dict(module.test_figures),
         "history": history,
     }
+    if isinstance(trainer.profiler, EpochProfiler):
+        summary["profile"] = {"epochs": trainer.profiler.epochs, "mean": trainer.profiler.mean()}
+        if trainer.is_global_zero:
+            print(trainer.profiler.table(), flush=True)
     _report(output_dir, summary)
     return float(best_value)
