@@ -12,6 +12,7 @@ checkpoints; whitespace tokens for fairseq checkpoints).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
 from typing import IO, Any
@@ -75,6 +76,13 @@ def serve(
     return read, translated
 
 
+def _keep_stdout_for_answers(stdout: IO[str]) -> None:
+    """Send log records (Hydra logs to stdout by default) to stderr: stdout is for answers."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (stdout, sys.stdout):
+            handler.setStream(sys.stderr)
+
+
 def run_interactive(
     cfg: Mapping[str, Any],
     stdin: IO[bytes] | None = None,
@@ -85,6 +93,7 @@ def run_interactive(
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout
     stderr = stderr if stderr is not None else sys.stderr
+    _keep_stdout_for_answers(stdout)
     translator = load_translator(cfg, databin=None)
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
