@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import convseq.models.decoder as decoder_module
 import convseq.models.encoder as encoder_module
 from convseq.models.fconv import FConvModel
 
@@ -225,6 +226,84 @@ def test_generation_fast_paths_change_no_output():
         folded, _ = model(src, None, prev)
     unfolded, _ = model(src, None, prev)
     assert rel(folded, unfolded) <= 1e-5
+
+
+def _decode_with_reorders(model, src, prev, events, forget_groups=False):
+    """Incremental decoding with reorders; per step (logits, original rows), and per event
+    whether the cached encoder output was copied (a new object) or left as it was.
+
+    ``forget_groups`` drops the decoder's record of which rows hold equal copies before each
+    reorder, so that it is found again from the values.
+    """
+    key = model.decoder._cache_key
+    enc = model.encoder(src, None)
+    state: dict = {}
+    rows, history = torch.arange(src.size(0)), prev
+    outputs, copied = [], []
+    with torch.no_grad():
+        for t in range(prev.size(1)):
+            if t in events:
+                order = events[t]
+                before = state[key]
+                if forget_groups:
+                    state.pop(model.decoder._groups_key, None)
+                model.reorder_incremental_state(state, order)
+                enc = model.reorder_encoder_out(enc, order)
+                copied.append(state[key] is not before)
+                assert state[key][0].size(0) == order.numel()
+                rows, history = rows[order], history[order]
+            logits, _ = model.decoder(history[:, : t + 1], enc, state)
+            outputs.append((logits[:, 0], rows))
+    return outputs, copied
+
+
+def test_the_cached_encoder_output_is_copied_only_when_a_row_changes_sentence(monkeypatch):
+    model = small_model().eval()
+    beam = 3
+    src = left_padded([6, 9, 8]).repeat_interleave(beam, dim=0)  # (9, S): beam copies
+    prev = prefixes(9, 14)
+    g = torch.Generator().manual_seed(7)
+
+    def within_beams(n_sent):  # each row continues a row of its own sentence (not in place)
+        pick = torch.randint(0, beam, (n_sent, beam), generator=g)
+        order = (torch.arange(n_sent).unsqueeze(1) * beam + pick).flatten()
+        assert not torch.equal(order, torch.arange(n_sent * beam))
+        return order
+
+    events = {
+        2: within_beams(3),
+        4: within_beams(3),
+        6: torch.cat([torch.arange(0, 3), torch.arange(6, 9)]),  # sentence 1 leaves: shrink
+        8: within_beams(2),
+        10: torch.tensor([3, 4, 5, 0, 1, 2]),  # the two sentences swap places: same size
+        12: within_beams(2),
+    }
+    skipped, copied = _decode_with_reorders(model, src, prev, events)
+    assert copied == [False, False, True, False, True, False]
+    full, _ = model(src, None, prev)  # teacher forced: no cache at all
+    worst = max(rel(logits, full[rows, t]) for t, (logits, rows) in enumerate(skipped))
+    assert worst <= 1e-5
+    # bit-identical to copying at every reorder (every row its own group)
+    monkeypatch.setattr(
+        decoder_module, "_equal_row_groups", lambda cached: torch.arange(cached[0].size(0))
+    )
+    always, copied = _decode_with_reorders(model, src, prev, events, forget_groups=True)
+    assert copied == [True] * len(events)
+    for (a, rows_a), (b, rows_b) in zip(skipped, always, strict=True):
+        assert torch.equal(rows_a, rows_b) and torch.equal(a, b)
+
+
+def test_rows_with_equal_cached_values_are_grouped_and_nan_rows_never_are():
+    a, b = torch.randn(2, 4, 3), torch.randn(1, 4, 3)
+    keys = torch.cat([a[:1], a[:1], b, a[:1], a[1:], a[1:]])  # rows 0,1 equal; 3 equals 0
+    mask = torch.zeros(6, 3, dtype=torch.bool)
+    mask[1, 0] = True  # ... but row 1's mask differs from row 0's
+    groups = decoder_module._equal_row_groups((keys, keys.transpose(1, 2), mask)).tolist()
+    # neighbours only: row 3 equals row 0 but is not next to it; rows 4 and 5 are equal
+    assert groups == [1, 2, 3, 4, 5, 5]
+    assert decoder_module._equal_row_groups((keys, None, None)).tolist() == [1, 1, 2, 3, 4, 4]
+    keys[4:] = float("nan")  # NaN equals nothing: such rows are always copied
+    assert decoder_module._equal_row_groups((keys, None, None)).tolist() == [1, 1, 2, 3, 4, 5]
 
 
 def test_generation_mode_folds_weights_and_restores_everything():

@@ -65,7 +65,9 @@ class FConvDecoder(nn.Module):
                 f"model.decoder_attention: {len(attention)} entries for "
                 f"{len(self.layer_specs)} decoder layers"
             )
-        self._cache_key = f"{uuid.uuid4().hex}.encoder_out"
+        uid = uuid.uuid4().hex
+        self._cache_key = f"{uid}.encoder_out"
+        self._groups_key = f"{uid}.encoder_out_groups"  # rows holding identical cached copies
 
         self.embed_tokens = embedding(num_embeddings, embed_dim, padding_idx)
         self.embed_positions = positional_embedding(max_positions, embed_dim, padding_idx)
@@ -207,15 +209,28 @@ class FConvDecoder(nn.Module):
     ) -> None:
         """Make row i continue row ``new_order[i]``: conv buffers and the cached encoder output.
 
-        ``new_order`` may repeat rows (beam expansion) or drop them (finished sentences).
+        ``new_order`` may repeat rows (beam expansion) or drop them (finished sentences). The
+        cached encoder output is copied only when some row would receive different values:
+        in beam search every beam of a sentence holds the same copy, so hypotheses moving
+        within their sentence's beam (every step but those that shrink the batch) leave it
+        as it is. Which rows hold equal copies is found once, by comparing them.
         """
         for conv in self.convolutions:
             conv.reorder_incremental_state(incremental_state, new_order)
         cached = incremental_state.get(self._cache_key)
-        if cached is not None:
-            incremental_state[self._cache_key] = tuple(
-                None if t is None else t.index_select(0, new_order) for t in cached
-            )
+        if cached is None:
+            return
+        groups = incremental_state.get(self._groups_key)
+        if groups is None:
+            groups = _equal_row_groups(cached)  # (B,)
+            incremental_state[self._groups_key] = groups
+        moved = groups.index_select(0, new_order)  # (B',) the copy each new row should hold
+        if torch.equal(moved, groups):
+            return  # every row already holds the values it would receive: nothing to copy
+        incremental_state[self._cache_key] = tuple(
+            None if t is None else t.index_select(0, new_order) for t in cached
+        )
+        incremental_state[self._groups_key] = moved
 
     def get_normalized_probs(
         self, net_output: tuple[torch.Tensor, object] | torch.Tensor, log_probs: bool = True
@@ -228,3 +243,18 @@ class FConvDecoder(nn.Module):
     def max_positions(self) -> int:
         """The longest target (in tokens, EOS included) the position table can number."""
         return self.embed_positions.max_positions
+
+
+def _equal_row_groups(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
+    """(B,) group ids: consecutive rows equal in every tensor share one, any other row differs.
+
+    Exact value comparison, one pass over the tensors (NaN never equals: such rows stay
+    apart). Only neighbours are compared, which finds the beam copies of a sentence.
+    """
+    present = [t for t in tensors if t is not None]
+    rows = present[0].size(0)
+    same = torch.ones(max(rows - 1, 0), dtype=torch.bool, device=present[0].device)  # (B-1,)
+    for t in present:
+        same &= (t[1:] == t[:-1]).flatten(1).all(dim=1)  # row i+1 equals row i
+    starts = torch.cat([same.new_ones(min(rows, 1)), ~same])  # (B,) True where a group begins
+    return starts.cumsum(0)  # (B,) long

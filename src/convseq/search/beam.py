@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from convseq.search.common import (
@@ -20,9 +21,11 @@ from convseq.search.common import (
     SearchTimer,
     as_search_model,
     check_arguments,
+    length_normalise,
     max_lengths,
     phase_of,
 )
+from convseq.search.history import History
 
 NEG_INF = float("-inf")
 POS_INF = float("inf")
@@ -117,6 +120,7 @@ def _search(
     src_lens = src_lengths.tolist()  # one host read per batch
     limits = max_lengths(src_lens, max_len_a, max_len_b, m.max_target_positions(), min_len, width)
     pad, eos, unk = m.pad, m.eos, m.unk
+    n_steps = max(limits) + 1
 
     with phase("encoder"):
         encoder_out = m.encode(src_tokens, src_lengths)
@@ -124,24 +128,24 @@ def _search(
         encoder_out = m.reorder_encoder_out(encoder_out, expand)
 
     state: dict = {}
-    tokens = torch.full((bsz * K, 1), eos, dtype=torch.long, device=device)  # (rows, step+1)
-    token_lprobs = torch.zeros(bsz * K, 0, device=device)  # (rows, step): each token's log-prob
-    attn: torch.Tensor | None = None  # (rows, step+1, S) once the decoder returns attention
+    history = History(bsz * K, n_steps, eos, device)
     # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
     # -inf, which also covers vocabularies smaller than 2 * beam)
     cum = torch.zeros(bsz, K, device=device)
     cum[:, 1:] = NEG_INF
     cum = cum.view(-1)  # (rows,) cumulative log-prob of each hypothesis
+    total_buf: torch.Tensor | None = None  # (bsz*K, V) scores of every continuation, reused
+    row_offsets = torch.arange(bsz, device=device).unsqueeze(1) * K  # (bsz, 1) first row of each
     sent_ids = list(range(bsz))  # batch position -> input sentence
     min_limit = min(limits)
     finalized: list[list[Hypothesis]] = [[] for _ in range(bsz)]
     finished = [False] * bsz
     remaining = bsz
-    beam_offsets = torch.arange(bsz, device=device).unsqueeze(1) * K  # (bsz, 1) first row of each
 
-    for step in range(max(limits) + 1):
+    for step in range(n_steps):
+        rows = bsz * K
         with phase("decoder"):
-            lprobs, step_attn = m.decode(tokens, encoder_out, state)  # (rows, V), (rows, S)
+            lprobs, step_attn = m.decode(history.tokens(rows, step), encoder_out, state)
 
         with phase("candidates"):
             vocab = lprobs.size(1)
@@ -157,52 +161,44 @@ def _search(
             if step >= min_limit:  # host-side ints: no device work for sentences not there yet
                 at_limit = [b for b, sent in enumerate(sent_ids) if limits[sent] <= step]
                 _force_eos(lprobs.view(bsz, K, vocab), at_limit, eos)
-            if step == 0 and vocab >= 2 * K:
+            # EOS candidates are scored apart (one per hypothesis): the topk then ranks only
+            # continuations, and its K best are exactly fairseq's active hypotheses (the first
+            # K non-EOS among the 2K best candidates, since at most K of those are EOS)
+            eos_lprobs = history.eos_lprobs(lprobs, eos, step)  # (rows,)
+            lprobs[:, eos] = NEG_INF
+            if step == 0 and vocab >= K:
                 # every beam holds the same prefix: rank the first copy only (its cum is 0)
-                cand_scores, cand_idx = lprobs.view(bsz, K, vocab)[:, 0].topk(2 * K, dim=1)
+                act_scores, act_idx = lprobs.view(bsz, K, vocab)[:, 0].topk(K, dim=1)
             else:
-                total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
-                cand_scores, cand_idx = total.topk(2 * K, dim=1)  # (bsz, 2K), best first
+                if total_buf is None or total_buf.size(1) != vocab:
+                    total_buf = lprobs.new_empty(bsz * K, vocab)
+                total = torch.add(lprobs, cum.unsqueeze(1), out=total_buf[:rows])  # (rows, V)
+                act_scores, act_idx = total.view(bsz, K * vocab).topk(K, dim=1)  # (bsz, K)
 
         with phase("selection"):
-            cand_lprobs = lprobs.view(bsz, K * vocab).gather(1, cand_idx)  # (bsz, 2K)
-            cand_beams = cand_idx.div(vocab, rounding_mode="floor")  # (bsz, 2K)
-            cand_tokens = cand_idx - cand_beams * vocab  # (bsz, 2K)
-            cand_rows = cand_beams + beam_offsets  # (bsz, 2K) rows in this step's numbering
-            cand_eos = cand_tokens.eq(eos) & cand_scores.ne(NEG_INF)  # (bsz, 2K)
-
-        if step_attn is not None:
-            with phase("reorder"):
-                step_attn = step_attn.unsqueeze(1)  # (rows, 1, S)
-                attn = step_attn if attn is None else torch.cat([attn, step_attn], dim=1)
+            # the next hypotheses, best first: act_idx indexes beam x vocab
+            parents = act_idx.div(vocab, rounding_mode="floor").add_(row_offsets[:bsz])  # (bsz, K)
+            new_tokens = act_idx.remainder(vocab)  # (bsz, K)
+            new_lprobs = lprobs.view(bsz, K * vocab).gather(1, act_idx)  # (bsz, K)
+            host = None
+            if step >= min_len:  # before min_len no EOS can finish: nothing to read
+                # hypothesis j's EOS candidate is among the K best candidates of its sentence
+                # iff it scores at least the K-th best of continuations and EOS candidates
+                eos_scores = (eos_lprobs + cum).view(bsz, K)  # (bsz, K), in row order
+                both = torch.cat([act_scores, eos_scores], dim=1)  # (bsz, 2K)
+                kth = both.topk(K, dim=1).values[:, -1:]  # (bsz, 1)
+                # the one device -> host copy of the step: each row's finished score or -inf
+                # (-inf EOS candidates stay -inf: a finished hypothesis has a finite score)
+                host = eos_scores.masked_fill(eos_scores < kth, NEG_INF).cpu()  # (bsz, K)
+            cum = act_scores  # (bsz, K)
 
         newly_finished: list[int] = []  # batch positions
-        if step >= min_len:  # before min_len no EOS can be finalised: skip the host read
-            with phase("selection"):
-                top = cand_scores[:, :K]  # (bsz, K)
-                if normalize:
-                    top = top / ((step + 1) ** lenpen)
-                # one device -> host copy per step: which top-K candidates end, their scores, beams
-                host = torch.stack(
-                    [cand_eos[:, :K].to(top.dtype), top, cand_beams[:, :K].to(top.dtype)]
-                )
-                host = host.view(3, -1).cpu()  # (3, bsz*K)
+        if host is not None:
             with phase("finalisation"):
                 newly_finished = _finalise(
-                    host,
-                    step,
-                    K,
-                    tokens,
-                    token_lprobs,
-                    cand_lprobs[:, :K],
-                    attn,
-                    sent_ids,
-                    finalized,
-                    finished,
-                    src_lens,
-                    width,
-                    eos,
-                )
+                    host, step, K, lenpen, normalize, history, step_attn,
+                    sent_ids, finalized, finished, src_lens, width,
+                )  # fmt: skip
                 for b in at_limit:  # a sentence at its maximum length is done
                     sent = sent_ids[b]
                     if not finished[sent]:
@@ -212,38 +208,20 @@ def _search(
         if remaining == 0:
             break
 
-        shrunk = False
-        if shrink and newly_finished:
-            with phase("reorder"):
+        with phase("reorder"):
+            shrunk = shrink and bool(newly_finished)
+            if shrunk:
                 keep = [b for b, sent in enumerate(sent_ids) if not finished[sent]]
                 keep_t = torch.tensor(keep, device=device)  # (new bsz,)
-                # cand_rows keeps the old numbering: the state is reordered and shrunk at once
-                cand_scores, cand_tokens, cand_rows, cand_lprobs, cand_eos = (
-                    t.index_select(0, keep_t)
-                    for t in (cand_scores, cand_tokens, cand_rows, cand_lprobs, cand_eos)
-                )
+                parents, new_tokens, new_lprobs, cum = (
+                    t.index_select(0, keep_t) for t in (parents, new_tokens, new_lprobs, cum)
+                )  # (new bsz, K) each
                 sent_ids = [sent_ids[b] for b in keep]
                 bsz = len(keep)
-                beam_offsets = beam_offsets[:bsz]
                 min_limit = min(limits[s] for s in sent_ids)
-                shrunk = True
-
-        with phase("selection"):
-            # fairseq's active-hypothesis trick, as one stable sort: EOS candidates go behind
-            # every other candidate, the rest keep their rank, so the first K are the K best
-            # continuing hypotheses
-            flags = cand_eos.to(torch.uint8)  # bytes: sortable on every device
-            active = flags.sort(dim=1, stable=True).indices[:, :K]  # (bsz, K), best first
-            parents = cand_rows.gather(1, active).view(-1)  # (bsz*K,) the row each continues
-            new_tokens = cand_tokens.gather(1, active).view(-1, 1)  # (bsz*K, 1)
-            new_lprobs = cand_lprobs.gather(1, active).view(-1, 1)  # (bsz*K, 1)
-            cum = cand_scores.gather(1, active).view(-1)  # (bsz*K,)
-
-        with phase("reorder"):
-            tokens = torch.cat([tokens.index_select(0, parents), new_tokens], dim=1)
-            token_lprobs = torch.cat([token_lprobs.index_select(0, parents), new_lprobs], dim=1)
-            if attn is not None:
-                attn = attn.index_select(0, parents)  # (rows, step+1, S)
+            parents = parents.view(-1)  # (rows',) in this step's numbering
+            cum = cum.view(-1)
+            history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step_attn, step)
             m.reorder_incremental_state(state, parents)
             if shrunk:
                 # the K copies of a sentence's encoder output are identical, so only removing
@@ -266,69 +244,60 @@ def _finalise(
     host: torch.Tensor,
     step: int,
     K: int,
-    tokens: torch.Tensor,
-    token_lprobs: torch.Tensor,
-    eos_lprobs: torch.Tensor,
+    lenpen: float,
+    normalize: bool,
+    history: History,
     attn: torch.Tensor | None,
     sent_ids: list[int],
     finalized: list[list[Hypothesis]],
     finished: list[bool],
     src_lens: list[int],
     width: int,
-    eos: int,
 ) -> list[int]:
-    """Store the EOS candidates among the top K; return the batch positions now complete.
+    """Store the EOS candidates among each sentence's top K; return the positions now complete.
 
     Args:
-        host: (3, bsz*K) on the CPU: is-EOS flag, final score and beam of each top-K candidate.
-        tokens: (rows, step+1) the decoder input of this step (leading EOS first).
-        token_lprobs: (rows, step) the log-probs of those tokens.
-        eos_lprobs: (bsz, K) the log-prob of each top-K candidate's token.
-        attn: (rows, step+1, S) the attention of every step so far, or None.
+        host: (bsz, K) on the CPU: row b * K + j's finished score (its EOS candidate is among
+            the K best of sentence b), else -inf.
+        lenpen, normalize: the length penalty, applied here in Python floats (as the reference
+            search applies it).
+        attn: (rows, S) this step's attention, or None.
     """
-    hits = host[0].nonzero().squeeze(1)  # CPU: flat positions b*K + j, sentence then rank
-    if hits.numel() == 0:
+    flat = host.numpy().reshape(-1)  # (bsz*K,) a view of the host copy
+    hits = np.flatnonzero(flat != NEG_INF)  # rows, in order
+    if hits.size == 0:
         return []
-    scores = host[1].index_select(0, hits).tolist()
-    beams = host[2].index_select(0, hits).long().tolist()
-    picks = []  # (position, row, batch position, sentence, score)
-    taken: dict[int, int] = {}
-    for p, beam, score in zip(hits.tolist(), beams, scores):
-        b = p // K
+    # fairseq finalises a sentence's EOS candidates best first (it matters when fewer slots
+    # than candidates are left, and for the order of equal final scores)
+    ranked = sorted(zip(hits.tolist(), flat[hits].tolist()), key=lambda h: (h[0] // K, -h[1]))
+    picks = []  # (row, sentence, normalised score)
+    taken: dict[int, int] = {}  # sentence -> hypotheses picked at this step
+    done = []
+    for row, score in ranked:
+        b = row // K
         sent = sent_ids[b]
-        n = len(finalized[sent]) + taken.get(sent, 0)
-        if finished[sent] or n >= K:
+        if finished[sent]:
             continue
         taken[sent] = taken.get(sent, 0) + 1
-        picks.append((p, b * K + beam, b, sent, score))
+        picks.append((row, sent, length_normalise(score, step + 1, lenpen, normalize)))
+        if len(finalized[sent]) + taken[sent] == K:
+            finished[sent] = True
+            done.append(b)
     if not picks:
         return []
 
-    device = tokens.device
-    rows = torch.tensor([r for _, r, _, _, _ in picks], device=device)  # (n,)
-    positions = torch.tensor([p for p, _, _, _, _ in picks], device=device)  # (n,)
-    n = len(picks)
-    hyp_tokens = torch.cat(
-        [tokens.index_select(0, rows)[:, 1:], tokens.new_full((n, 1), eos)], dim=1
-    )  # (n, step+1): the leading EOS dropped, the final one added
-    last = eos_lprobs.reshape(-1).index_select(0, positions).unsqueeze(1)  # (n, 1)
-    hyp_lprobs = torch.cat([token_lprobs.index_select(0, rows), last], dim=1)  # (n, step+1)
-    hyp_attn = None if attn is None else attn.index_select(0, rows)  # (n, step+1, S)
-
-    done = []
-    for i, (_, _, b, sent, score) in enumerate(picks):
-        attention = None
-        if hyp_attn is not None:
-            attention = hyp_attn[i, :, width - src_lens[sent] :].t()  # (src_len, step+1)
+    rows = torch.from_numpy(np.array([row for row, _, _ in picks])).to(history.device)  # (n,)
+    tokens, lprobs, attention = history.finished(rows, step, attn)
+    # views into the batched gathers: no per-hypothesis copy or transfer
+    tokens, lprobs = tokens.unbind(0), lprobs.unbind(0)
+    attention = (None,) * len(picks) if attention is None else attention.unbind(0)
+    for (_, sent, score), t, lp, a in zip(picks, tokens, lprobs, attention):
         finalized[sent].append(
             {
-                "tokens": hyp_tokens[i],
+                "tokens": t,  # (step+1,)
                 "score": score,
-                "positional_scores": hyp_lprobs[i],
-                "attention": attention,
+                "positional_scores": lp,  # (step+1,)
+                "attention": None if a is None else a[width - src_lens[sent] :],  # (src_len, L)
             }
         )
-        if len(finalized[sent]) == K:
-            finished[sent] = True
-            done.append(b)
     return done
