@@ -136,6 +136,15 @@ def test_generate_writes_hypotheses_nbest_and_scores_against_the_raw_references(
     assert [h[0] for h in best] == [f"H-{i}" for i in range(40)]
     assert all(float(a[1]) >= float(b[1]) for a, b in zip(h_lines[0::2], h_lines[1::2]))
     assert [d[2] if len(d) > 2 else "" for d in d_lines[0::2]] == hyps
+    # scores in base 2, as fairseq prints them
+    first = Translator.from_checkpoints(tiny_ckpt).translate_records(
+        [(tiny_data["corpus"] / "test.src").read_text().splitlines()[0]], beam=3, max_len_b=12
+    )[0]["hypotheses"][0]
+    assert float(best[0][1]) == pytest.approx(first["score"] / np.log(2), abs=1e-5)
+    p_line = next(ln for ln in lines if ln.startswith("P-0\t"))
+    assert [float(x) for x in p_line.split("\t")[1].split()] == pytest.approx(
+        (first["positional_scores"] / np.log(2)).tolist(), abs=1e-4
+    )
     # tokens in the speed line: the best hypotheses' pieces plus their EOS
     assert int(m.group(1)) == sum(len(h[2].split()) + 1 for h in best) == result["tokens"]
 

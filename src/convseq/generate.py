@@ -10,7 +10,8 @@ Files written into ``gen.output`` (default: the run folder), for split ``S``:
   order of the split's input file;
 - ``generate-S.nbest.txt``: fairseq-generate's layout, per sentence ``S-id`` (source pieces),
   ``T-id`` (reference), and per hypothesis ``H-id score pieces``, ``D-id score text``,
-  ``P-id`` (per-token log-probs, base e) and ``A-id`` (source position each token attends most);
+  ``P-id`` (per-token log-probs) and ``A-id`` (source position each token attends most); scores
+  in base 2, as fairseq prints them;
 - ``generate-S.json``: BLEU and chrF with their signatures, the speed figures and the settings.
 
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from convseq.profile import GenerationProfiler
 from convseq.translator import GenOptions, Translator, in_input_order
 
 log = logging.getLogger(__name__)
+LN2 = math.log(2.0)
 
 
 def checkpoint_paths(ckpt: str | Sequence[str] | None) -> list[str]:
@@ -173,16 +177,16 @@ def best_texts(records: Sequence[Mapping[str, Any]], total: int) -> list[str]:
 
 
 def write_nbest(path: Path, records: Sequence[Mapping[str, Any]], refs: Sequence[str]) -> None:
-    """fairseq-generate's S/T/H/D/P/A lines for every sentence (see the module docstring)."""
+    """fairseq-generate's S/T/H/D/P/A lines for every sentence; scores in base 2, as fairseq's."""
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for r in records:
             i = r["id"]
             f.write(f"S-{i}\t{' '.join(r['src_symbols'][:-1])}\n")
             f.write(f"T-{i}\t{refs[i]}\n")
             for h in r["hypotheses"]:
-                score = f"{h['score']:.6f}"
+                score = f"{h['score'] / LN2:.6f}"
                 pieces = " ".join(h["symbols"][:-1])
-                pos = " ".join(f"{x:.4f}" for x in h["positional_scores"].tolist())
+                pos = " ".join(f"{x / LN2:.4f}" for x in h["positional_scores"].tolist())
                 f.write(f"H-{i}\t{score}\t{pieces}\n")
                 f.write(f"D-{i}\t{score}\t{h['text']}\n")
                 f.write(f"P-{i}\t{pos}\n")
@@ -245,6 +249,8 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     profiler = GenerationProfiler(translator.models) if gen.get("profile") else None
     module = GenerationModule(translator, translator.options, profiler)
     trainer = predict_trainer(cfg.get("trainer"))
+    # split_loader's sampler yields every index exactly once (shuffle off, nothing dropped)
+    warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
 
     if profiler is not None:
         profiler.start()
