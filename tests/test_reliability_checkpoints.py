@@ -1,7 +1,7 @@
 """Checkpoints a stranger hands over: damaged, foreign, booby-trapped or of another model.
 
 Every loader convseq has (`load_checkpoint`, `ConvSeqModule.load_from_checkpoint`, the Trainer's
-checkpoint IO, `resume=`) must refuse them with a CheckpointError naming the file, run nothing
+checkpoint IO, `resume=`, and `convseq.loading.load_any` behind generation's `ckpt=`) must refuse them with a CheckpointError naming the file, run nothing
 from the file, and leave the run it was asked to continue as it was.
 """
 
@@ -18,6 +18,7 @@ import torch
 
 from convseq.checkpoint import AtomicCheckpointIO, load_checkpoint
 from convseq.errors import CheckpointError
+from convseq.loading import load_any
 from convseq.module import ConvSeqModule
 from convseq.train import train
 from tests.training_utils import summary, tiny_config
@@ -71,6 +72,8 @@ def test_a_file_that_is_not_a_checkpoint_is_refused_by_every_loader(
     path = _bad_file(kind, trained / "checkpoints" / "last.ckpt", tmp_path / "model.ckpt")
     with pytest.raises(CheckpointError, match=str(path)):
         ConvSeqModule.load_from_checkpoint(str(path))
+    with pytest.raises(CheckpointError, match=str(path)):
+        load_any(path)  # task=generate / interactive ckpt=PATH
     if kind != "a dict of something else":  # a dict is a dict to the raw loader
         with pytest.raises(CheckpointError, match=str(path)):
             load_checkpoint(path)
@@ -123,6 +126,7 @@ def test_a_convseq_checkpoint_whose_pickle_would_run_code_is_refused_and_runs_no
         # what Lightning's fit/test(ckpt_path=...) calls, with the weights_only it passes (None)
         "checkpoint IO": lambda: AtomicCheckpointIO().load_checkpoint(path, weights_only=None),
         "resume": lambda: train(tiny_config(tiny_data, out, f"resume={path}")),
+        "generation (ckpt=)": lambda: load_any(path),
     }
     for name, load in loaders.items():
         with pytest.raises(CheckpointError) as e:
