@@ -1,10 +1,14 @@
 """The reference beam search: the same semantics as `beam_search`, the Lua toolkit's loop structure.
 
-Each step makes the same batched incremental decoder call as the tensorized search and the same
-``topk`` over ``beam x vocab``; then everything else is plain Python, sentence by sentence and
-candidate by candidate, as Lua fairseq's ``selectHypos`` did it: each candidate is either
-finalised (EOS among the top ``beam``), taken as a continuing hypothesis, or skipped; finished
-hypotheses are rebuilt by following back-pointers; finished sentences are dropped from the batch.
+Each step makes the same batched incremental decoder call as the tensorized search and fairseq's
+``topk`` of ``2 * beam`` over ``beam x vocab`` (tensor operations in the Lua toolkit too, into
+reused buffers); then everything else is plain Python, sentence by sentence and candidate by
+candidate, as Lua fairseq's ``selectHypos`` did it: each candidate is either finalised (EOS among
+the top ``beam``), taken as a continuing hypothesis, or skipped, and a sentence's walk stops once
+it has ``beam`` continuations; finished hypotheses are rebuilt by following per-step back-pointers;
+finished sentences are dropped from the batch. The decoder input is extended with the same tensor
+operations as in the tensorized search, so that the two differ only in selection, finalisation
+and the bookkeeping of the history.
 
 It exists to check the tensorized search (the tests) and to measure what tensorizing gained
 (bench/bench_search.py). It is never the default. It shares no selection code with `beam.py`.
@@ -100,6 +104,7 @@ class _ReferenceSearch:
         self.parents: list[list[int]] = []
         self.lprobs: list[list[float]] = []
         self.attn: list[torch.Tensor | None] = []  # per step: (rows, S) on the device
+        self._total: torch.Tensor | None = None  # (rows, V) scores of every continuation
 
     def run(self) -> list[list[Hypothesis]]:
         m, K, device = self.m, self.beam, self.src_tokens.device
@@ -111,13 +116,14 @@ class _ReferenceSearch:
 
         state: dict = {}
         sentences = list(range(n_sent))  # the sentence of each batch position
-        prefixes = [[m.eos] for _ in range(n_sent * K)]  # decoder input of each row
+        # decoder input of each row (built with the same tensor operations as the tensorized
+        # search, so that only selection, finalisation and shrinking differ)
+        prev = torch.full((n_sent * K, 1), m.eos, dtype=torch.long, device=device)
         scores = [0.0] * (n_sent * K)  # cumulative log-prob of each row
         finalized: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
 
         for step in range(max(self.limits) + 1):
             with self.phase("decoder"):
-                prev = torch.tensor(prefixes, device=device)  # (rows, step+1)
                 lprobs, attn = m.decode(prev, encoder_out, state)  # (rows, V), (rows, S)
             self.attn.append(attn)
 
@@ -126,21 +132,24 @@ class _ReferenceSearch:
                 best = self._topk(lprobs, scores, step, len(sentences))
 
             with self.phase("selection"):
-                cands = self._candidates(best, lprobs.size(1))
+                vocab = lprobs.size(1)
+                values, idx, token_lps = (t.tolist() for t in best)  # per sentence, best first
                 # every sentence, every candidate, in Python: continue, finalise or skip
                 active_rows: list[list[tuple[int, int, float, float]]] = []
                 to_finalise: list[tuple[int, int, float, float]] = []  # (sentence, row, score, lp)
                 for b, sent in enumerate(sentences):
                     active: list[tuple[int, int, float, float]] = []
-                    pending = 0
-                    for j, (score, row, token, lp) in enumerate(cands[b]):
-                        is_eos = token == m.eos and score != NEG_INF
-                        if is_eos:
-                            if j < K and len(finalized[sent]) + pending < K:
-                                to_finalise.append((sent, row, score, lp))
-                                pending += 1
+                    slots = K - len(finalized[sent])  # finished hypotheses it can still take
+                    for j, (score, flat, lp) in enumerate(zip(values[b], idx[b], token_lps[b])):
+                        beam, token = divmod(flat, vocab)
+                        if token == m.eos and score != NEG_INF:
+                            if j < K and slots > 0:
+                                to_finalise.append((sent, b * K + beam, score, lp))
+                                slots -= 1
                         elif len(active) < K:
-                            active.append((row, token, score, lp))
+                            active.append((b * K + beam, token, score, lp))
+                        if len(active) == K and j >= K - 1:
+                            break  # K continuations and no EOS left among the top K
                     while len(active) < K:  # too few candidates (tiny vocabularies): dead rows
                         active.append((b * K, m.pad, NEG_INF, NEG_INF))
                     active_rows.append(active)
@@ -159,20 +168,21 @@ class _ReferenceSearch:
 
             with self.phase("reorder"):
                 shrunk = len(keep) < len(sentences)
-                order, tokens, lps, new_prefixes, new_scores = [], [], [], [], []
+                order, tokens, lps, new_scores = [], [], [], []
                 for b in keep:
                     for row, token, score, lp in active_rows[b]:
                         order.append(row)
                         tokens.append(token)
                         lps.append(lp)
-                        new_prefixes.append(prefixes[row] + [token])
                         new_scores.append(score)
                 self.tokens.append(tokens)
                 self.parents.append(order)
                 self.lprobs.append(lps)
                 sentences = [sentences[b] for b in keep]
-                prefixes, scores = new_prefixes, new_scores
+                scores = new_scores
                 order_t = torch.tensor(order, device=device)
+                new_tokens = torch.tensor(tokens, device=device).unsqueeze(1)  # (rows', 1)
+                prev = torch.cat([prev.index_select(0, order_t), new_tokens], dim=1)
                 m.reorder_incremental_state(state, order_t)
                 if shrunk:  # within-beam moves leave the (identical) encoder copies unchanged
                     encoder_out = m.reorder_encoder_out(encoder_out, order_t)
@@ -181,9 +191,10 @@ class _ReferenceSearch:
     def _mask(self, lprobs: torch.Tensor, step: int, sentences: list[int]) -> torch.Tensor:
         """Forbidden tokens get -inf; penalties; EOS forbidden early, forced at the limit."""
         m, K = self.m, self.beam
-        lprobs = torch.nan_to_num(lprobs, nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)
+        lprobs.nan_to_num_(nan=NEG_INF, posinf=float("inf"), neginf=NEG_INF)  # ours to modify
         lprobs[:, m.pad] = NEG_INF
-        lprobs[:, m.unk] = lprobs[:, m.unk] - self.unk_penalty
+        if self.unk_penalty:
+            lprobs[:, m.unk] -= self.unk_penalty
         if step < self.min_len:
             lprobs[:, m.eos] = NEG_INF
         for b, sent in enumerate(sentences):
@@ -206,25 +217,12 @@ class _ReferenceSearch:
             values, idx = first.topk(min(2 * K, vocab), dim=1)  # (bsz, k)
             return values, idx, first.gather(1, idx)  # beam 0 only: idx < V
         cum = torch.tensor(scores, dtype=lprobs.dtype, device=lprobs.device)  # (rows,)
-        total = (lprobs + cum.unsqueeze(1)).view(bsz, K * vocab)  # (bsz, K*V)
+        if self._total is None or self._total.shape[1] != vocab:
+            self._total = torch.empty_like(lprobs)  # reused (as the Lua toolkit reused buffers)
+        total = torch.add(lprobs, cum.unsqueeze(1), out=self._total[: lprobs.size(0)])
+        total = total.view(bsz, K * vocab)  # (bsz, K*V)
         values, idx = total.topk(2 * K, dim=1)  # (bsz, 2K)
         return values, idx, lprobs.view(bsz, K * vocab).gather(1, idx)
-
-    def _candidates(
-        self, best: tuple[torch.Tensor, torch.Tensor, torch.Tensor], vocab: int
-    ) -> list[list[tuple[float, int, int, float]]]:
-        """The topk as Python: per sentence, (score, row, token, log-prob) per candidate."""
-        values, idx, token_lps = best
-        values, idx, token_lps = values.tolist(), idx.tolist(), token_lps.tolist()
-        K = self.beam
-        out = []
-        for b in range(len(values)):
-            row_cands = []
-            for j in range(len(values[b])):
-                beam, token = divmod(idx[b][j], vocab)
-                row_cands.append((values[b][j], b * K + beam, token, token_lps[b][j]))
-            out.append(row_cands)
-        return out
 
     def _backtrack(self, sent: int, row: int, step: int, score: float, lp: float) -> Hypothesis:
         """Rebuild a hypothesis ending in EOS at ``step`` from ``row`` (this step's numbering)."""
