@@ -325,7 +325,12 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     elif not interrupted:
         trainer.test(module, datamodule=dm, verbose=False)
     gen = cfg.get("gen") or {}
-    if not interrupted and gen.get("test_bleu", True) and trainer.is_global_zero:
+    if (
+        not interrupted
+        and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
+        and gen.get("test_bleu", True)
+        and trainer.is_global_zero
+    ):
         # the module holds the weights just tested (best.ckpt's)
         scores, _ = model_scores(module, dm.databin, "test", gen)
         module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
