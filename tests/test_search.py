@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import convseq.models.decoder as decoder_module
 from convseq.models.fconv import FConvModel
 from convseq.modules.weight_norm import weight_norm_parts
 from convseq.search import (
@@ -25,6 +26,7 @@ from convseq.search import (
     greedy,
     reference_beam_search,
 )
+from convseq.search.history import History
 
 PAD, EOS, UNK = 1, 2, 3
 V_SRC, V_TGT = 30, 40
@@ -296,6 +298,74 @@ def test_search_leaves_a_training_model_untouched_and_ignores_dropout():
     loss = model(src, lengths, torch.full((len(LENGTHS), 3), EOS))[0].sum()
     loss.backward()  # still trainable
     assert model.decoder.fc3.parametrizations.weight.original1.grad is not None
+
+
+def test_the_cached_encoder_output_is_copied_only_when_the_batch_shrinks(monkeypatch):
+    model = sharp_model()
+    src, lengths = batch(LENGTHS)
+    key, groups_key = model.decoder._cache_key, model.decoder._groups_key
+    args = dict(beam=4, nbest=2, max_len_b=15)
+
+    class Watch(IncrementalDecoderModel):
+        def __init__(self, model, forget_groups=False):
+            super().__init__(model)
+            self.events: list[tuple[int, int, bool]] = []  # rows before, rows after, copied
+            self.forget_groups = forget_groups
+
+        def reorder_incremental_state(self, state, new_order):
+            before = state[key]
+            if self.forget_groups:
+                state.pop(groups_key, None)
+            super().reorder_incremental_state(state, new_order)
+            self.events.append((before[0].size(0), new_order.numel(), state[key] is not before))
+
+    watch = Watch(model)
+    out = beam_search(watch, src, lengths, **args)
+    assert all(copied == (old != new) for old, new, copied in watch.events)
+    shrinks = sum(copied for *_, copied in watch.events)
+    assert 1 <= shrinks < len(watch.events)
+    # the same outputs, bit for bit, when the cache is copied at every step
+    monkeypatch.setattr(
+        decoder_module, "_equal_row_groups", lambda cached: torch.arange(cached[0].size(0))
+    )
+    always = Watch(model, forget_groups=True)
+    copied = beam_search(always, src, lengths, **args)
+    assert all(c for *_, c in always.events)
+    for hyps_a, hyps_b in zip(out, copied, strict=True):
+        for a, b in zip(hyps_a, hyps_b, strict=True):
+            assert torch.equal(a["tokens"], b["tokens"]) and a["score"] == b["score"]
+            assert torch.equal(a["positional_scores"], b["positional_scores"])
+            assert torch.equal(a["attention"], b["attention"])
+
+
+def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
+    history = History(6, 5, EOS, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    # the histories kept the slow way: Python lists per row
+    tokens: list[list[int]] = [[EOS] for _ in range(6)]
+    lprobs: list[list[float]] = [[] for _ in range(6)]
+    attns: list[list[torch.Tensor]] = [[] for _ in range(6)]
+    rows = 6
+    for step, new_rows in enumerate([6, 6, 4, 4]):  # the batch shrinks after step 1
+        assert history.tokens(rows, step).tolist() == tokens
+        attn = torch.rand(rows, 3, generator=g)  # (rows, S)
+        step_lprobs = torch.randn(rows, 10, generator=g)  # (rows, V)
+        eos_lprobs = history.eos_lprobs(step_lprobs, EOS, step)
+        assert torch.equal(eos_lprobs, step_lprobs[:, EOS])
+        done = torch.tensor([rows - 1, 0, rows - 1])
+        got_tokens, got_lprobs, got_attn = history.finished(done, step, attn)
+        for i, r in enumerate(done.tolist()):
+            assert got_tokens[i].tolist() == tokens[r][1:] + [EOS]
+            assert got_lprobs[i].tolist() == lprobs[r] + [step_lprobs[r, EOS].item()]
+            assert torch.equal(got_attn[i], torch.stack(attns[r] + [attn[r]], dim=1))
+        parents = torch.randint(0, rows, (new_rows,), generator=g)
+        new_tokens = torch.randint(4, 10, (new_rows,), generator=g)
+        new_lprobs = torch.randn(new_rows, generator=g)
+        history.advance(parents, new_tokens, new_lprobs, attn, step)
+        tokens = [tokens[p] + [t] for p, t in zip(parents.tolist(), new_tokens.tolist())]
+        lprobs = [lprobs[p] + [lp] for p, lp in zip(parents.tolist(), new_lprobs.tolist())]
+        attns = [attns[p] + [attn[p]] for p in parents.tolist()]
+        rows = new_rows
 
 
 @pytest.mark.parametrize(

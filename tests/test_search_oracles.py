@@ -103,8 +103,14 @@ SCRIPT = {
     ("Z", (A,)): {EOS: 0.7, B: 0.3},
     ("Z", (A, B)): {A: 0.8, EOS: 0.2},
     ("Z", (A, B, A)): {A: 0.9, EOS: 0.1},
+    # sentence W: two EOS candidates among the top 2 for its last free slot (beam 2)
+    ("W", ()): {A: 0.6, B: 0.4},
+    ("W", (A,)): {EOS: 0.6, B: 0.4},
+    ("W", (B,)): {A: 0.8, EOS: 0.2},
+    ("W", (B, A)): {EOS: 0.6, A: 0.4},
+    ("W", (A, B)): {EOS: 0.85, A: 0.15},
 }
-KEYS = {10: "X", 11: "Y", 12: "Z"}  # the source's first real token picks the script
+KEYS = {10: "X", 11: "Y", 12: "Z", 13: "W"}  # the source's first real token picks the script
 
 
 class ScriptedEncoder(nn.Module):
@@ -250,4 +256,21 @@ def test_scripted_batch_shrinks_as_sentences_finish(search):
     assert_hyps(summary(out[2]), [
         ([A, EOS], ln(0.6 * 0.7) / 2, [ln(0.6), ln(0.7)]),
         ([A, B, EOS], ln(0.6 * 0.3 * 0.2) / 3, [ln(0.6), ln(0.3), ln(0.2)]),
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_scripted_the_better_eos_takes_the_last_slot(search):
+    # W, beam 2:
+    # step 0: A -0.511, B -0.916
+    # step 1: A.EOS -1.022, BA -1.139, AB -1.427, B.EOS -2.526: A.EOS finishes (one slot
+    #         left); beams BA (row 0), AB (row 1)
+    # step 2: AB.EOS -1.590, BA.EOS -1.650, BAA -2.056, ABA -3.324: both EOS candidates are
+    #         among the top 2 but one slot is left: the better one, AB.EOS from the second
+    #         beam, takes it (not BA.EOS, which comes first in row order)
+    src, lengths = source("W")
+    out = search(ScriptedModel(), src, lengths, beam=2, nbest=2)[0]
+    assert_hyps(summary(out), [
+        ([A, EOS], ln(0.6 * 0.6) / 2, [ln(0.6), ln(0.6)]),
+        ([A, B, EOS], ln(0.6 * 0.4 * 0.85) / 3, [ln(0.6), ln(0.4), ln(0.85)]),
     ])  # fmt: skip

@@ -1,11 +1,13 @@
 """The tensorized beam search: fairseq's SequenceGenerator semantics, hypotheses chosen by tensor ops.
 
-Every step runs one batched incremental decoder call over ``bsz * beam`` rows, scores the last
-position only, takes ``2 * beam`` candidates per sentence with one ``topk`` over ``beam x vocab``,
-finalises the EOS candidates among the top ``beam`` (the only Python loop, over finished
-hypotheses), picks the next ``beam`` hypotheses with tensor operations, and drops every sentence
-that has ``beam`` finished hypotheses from the batch, the decoder state and the encoder output.
-The host reads one small tensor per step (the finished candidates), never one per hypothesis.
+Every step runs one batched incremental decoder call over ``bsz * beam`` rows and scores the last
+position only. Each hypothesis' EOS candidate is set apart, so that one ``topk`` over ``beam x
+vocab`` per sentence gives the ``beam`` best continuations, which are fairseq's active hypotheses;
+an EOS candidate finishes its hypothesis when it ranks among the ``beam`` best candidates of its
+sentence (one small ``topk`` over continuations and EOS candidates). The host reads one
+``(bsz, beam)`` tensor per step, the finished scores, and loops only over finished hypotheses,
+whose histories come from one gather per tensor; a sentence with ``beam`` finished hypotheses
+leaves the batch, the decoder state and the encoder output.
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def _search(
     state: dict = {}
     history = History(bsz * K, n_steps, eos, device)
     # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
-    # -inf, which also covers vocabularies smaller than 2 * beam)
+    # -inf, which also covers vocabularies smaller than the beam)
     cum = torch.zeros(bsz, K, device=device)
     cum[:, 1:] = NEG_INF
     cum = cum.view(-1)  # (rows,) cumulative log-prob of each hypothesis
