@@ -368,6 +368,7 @@ def test_validation_bleu_picks_best_ckpt_and_test_bleu_uses_the_best_weights(
         assert sum(parts.values()) == pytest.approx(e["wall"], rel=1e-6)
         assert min(parts[k] for k in ("data", "forward", "backward", "optimiser")) > 0
         assert parts["validation"] > 0 and parts["logging"] > 0
+        assert parts["checkpointing"] > 0  # last.ckpt is saved after the module's epoch end
         assert parts["loop"] < 0.25 * e["wall"]  # most of the epoch is attributed
     assert "Where the time goes (training epoch" in printed
 

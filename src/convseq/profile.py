@@ -256,22 +256,38 @@ def epoch_part(action: str) -> str:
 class EpochProfiler(Profiler):
     """A Lightning profiler that breaks every training epoch down into `EPOCH_PARTS`.
 
-    An epoch runs from its first ``on_train_epoch_start`` hook to the end of the module's
-    ``on_train_epoch_end`` (checkpoint saving included). Each action is charged its own time
-    (nested actions are subtracted), so the parts add up to the epoch's wall time exactly;
-    ``loop`` is what no action covers.
+    An epoch runs from its first ``on_train_epoch_start`` hook to the next epoch's (or to
+    ``on_train_end``), so it includes validation and the checkpoints saved after it (Lightning
+    calls ModelCheckpoint's epoch-end hook after the module's). Each action is charged its own
+    time (nested actions are subtracted), so the parts add up to the epoch's wall time exactly;
+    ``loop`` is what no action covers. ``action_seconds`` keeps each action's own time, summed
+    over the profiled epochs.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.epochs: list[dict[str, float]] = []
+        self.action_seconds: dict[str, float] = {}
         self._stack: list[list[Any]] = []  # [action, start, children seconds]
         self._current: dict[str, float] | None = None
+        self._ending = False  # the module's on_train_epoch_end has run: the epoch's tail
         self._t_epoch = 0.0
         self._covered = 0.0  # top-level action time in the current epoch
 
+    def _close(self, now: float) -> None:
+        assert self._current is not None
+        wall = now - self._t_epoch
+        self._current["loop"] += wall - self._covered
+        self._current["wall"] = wall
+        self.epochs.append(self._current)
+        self._current = None
+        self._ending = False
+
     def start(self, action_name: str) -> None:
         now = time.perf_counter()
+        boundary = action_name.endswith((".on_train_epoch_start", ".on_train_end"))
+        if self._current is not None and self._ending and boundary and not self._stack:
+            self._close(now)
         if self._current is None and action_name.endswith(".on_train_epoch_start"):
             self._current = {key: 0.0 for key, _ in EPOCH_PARTS}
             self._t_epoch = now
@@ -293,13 +309,11 @@ class EpochProfiler(Profiler):
         elif self._current is not None:
             self._covered += elapsed
         if self._current is not None:
-            self._current[epoch_part(name)] += elapsed - children
+            own = elapsed - children
+            self._current[epoch_part(name)] += own
+            self.action_seconds[name] = self.action_seconds.get(name, 0.0) + own
             if name.startswith("[LightningModule]") and name.endswith(".on_train_epoch_end"):
-                wall = now - self._t_epoch
-                self._current["loop"] += wall - self._covered
-                self._current["wall"] = wall
-                self.epochs.append(self._current)
-                self._current = None
+                self._ending = True
 
     def summary(self) -> str:
         # Lightning prints a profiler's summary after every stage (fit, test); train() prints
