@@ -9,7 +9,7 @@ so that finalisation and batch shrinking happen at many steps, not only at the l
 are batched in source-length order, as fairseq batches them.
 
 In one process, interleaved (each repeat runs every arm once, in a rotating order), medians of
-`--repeats` runs, wall and CPU clocks:
+`--repeats` runs, wall and CPU clocks (the CPU clock is the one to quote on a shared machine):
 
 1. Arms at `--beam` x `--batch` (5 x 64): the tensorized search; the reference search (the Lua
    loop structure: tensorized selection off); and the tensorized search with one optimisation
@@ -17,13 +17,20 @@ In one process, interleaved (each repeat runs every arm once, in a rotating orde
    and attention output. For each: the whole-run time, its ratio to the tensorized search, and
    the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
    the tensorized search replaces (the masking and the topk over beam x vocab, phase
-   "candidates", are the same tensor operations in both searches, as in the Lua toolkit).
+   "candidates", are tensor operations in both searches, as in the Lua toolkit).
 2. The search phase per decoder step, reference vs tensorized, as beam x batch grows (the
    reference's Python work grows with the number of candidates, 2 x beam x batch per step).
-3. Throughput of the tensorized search: sentences/s and output tokens/s at beam 1 and 5 and
+3. What a small tensor operation costs here: in a tight loop, and right after the step's topk
+   over beam x vocab (where the search's selection runs), to explain the fixed cost per step.
+4. Throughput of the tensorized search: sentences/s and output tokens/s at beam 1 and 5 and
    batch 1, 16, 64, 128.
 
-    python bench/bench_search.py                  # the figures in docs/search.md (~10 min, 1 thread)
+`--baseline REV` adds the searches as they were at git revision REV (their modules read with
+`git show`, with the decoder copying its cached encoder output at every step, as it then did) to
+tables 1 and 2, interleaved with the current ones: before/after figures from one process.
+
+    python bench/bench_search.py                  # the figures in docs/search.md (1 thread)
+    python bench/bench_search.py --baseline 587152e --skip-throughput   # before / after
     python bench/bench_search.py --quick          # a small version (~1 min)
     python bench/bench_search.py --device cuda    # on a GPU (phases timed with a sync each)
 """
@@ -42,7 +49,8 @@ import torch
 from omegaconf import OmegaConf
 
 from convseq.models.fconv import FConvModel
-from convseq.search import PHASES, PhaseTimer, beam_search, reference_beam_search
+from convseq.search import PHASES, beam_search, reference_beam_search
+from search_baseline import CopyingCache, load_baseline  # bench/, beside this script
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 PAD, EOS = 1, 2
@@ -67,13 +75,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip-arms", action="store_true")
+    p.add_argument("--skip-op-costs", action="store_true")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument(
         "--scaling",
         nargs="*",
-        default=["5x16", "5x64", "5x128", "12x128"],
+        default=["5x16", "5x64", "5x128", "5x256", "12x128"],
         help="BEAMxBATCH cells of the search-phase scaling table (none: skip it)",
     )
+    p.add_argument("--baseline", metavar="REV", help="also run the searches of git revision REV")
     p.add_argument("--quick", action="store_true", help="a small version: fewer of everything")
     args = p.parse_args()
     if args.quick:
@@ -83,16 +93,27 @@ def parse_args() -> argparse.Namespace:
 
 
 class TwoClocks:
-    """A search timer reading the wall and the CPU clock around every phase."""
+    """A search timer reading the wall and the CPU clock around every phase (one context)."""
 
     def __init__(self, synchronize: Callable[[], None] | None):
-        self.wall = PhaseTimer(synchronize)
-        self.cpu = PhaseTimer(synchronize, clock=time.process_time)
+        self.sync = synchronize
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        with self.wall.phase(name), self.cpu.phase(name):
+        if self.sync is not None:
+            self.sync()
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
             yield
+        finally:
+            if self.sync is not None:
+                self.sync()
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - cpu
+            self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - wall
+            self.calls[name] = self.calls.get(name, 0) + 1
 
 
 def make_batches(
@@ -125,9 +146,9 @@ def run(search, model, batches, sync, **kwargs) -> dict:
     return {
         "wall": time.perf_counter() - wall,
         "cpu": time.process_time() - cpu,
-        "phases_wall": dict(timer.wall.seconds),
-        "phases_cpu": dict(timer.cpu.seconds),
-        "calls": dict(timer.cpu.calls),
+        "phases_wall": timer.wall,
+        "phases_cpu": timer.cpu,
+        "calls": timer.calls,
         "sentences": len(outputs),
         "tokens": sum(len(h[0]["tokens"]) for h in outputs),
         "best": [h[0]["tokens"].tolist() for h in outputs],
@@ -149,34 +170,39 @@ SEARCH = ("selection", "finalisation")  # what the tensorized search replaces
 SEARCH_ALL = ("candidates", "selection", "finalisation")  # with the topk both searches share
 
 
-def arms_table(args, model, sync) -> None:
+NON_DECODER = ("candidates", "selection", "finalisation", "reorder")  # all of the search's own work
+
+
+def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
     common = dict(
         beam=args.beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b, nbest=1
     )  # fmt: skip
     arms = {
-        "tensorized": (beam_search, {}),
-        "reference": (reference_beam_search, {}),
-        "no shrinking": (beam_search, {"shrink": False}),
-        "no folded wn": (beam_search, {"fold_weight_norm": False}),
-        "no beamable mm": (beam_search, {"beamable_mm": False}),
-        "no attn output": (beam_search, {"need_attn": False}),
+        "tensorized": (beam_search, model, {}),
+        "reference": (reference_beam_search, model, {}),
+        "no shrinking": (beam_search, model, {"shrink": False}),
+        "no folded wn": (beam_search, model, {"fold_weight_norm": False}),
+        "no beamable mm": (beam_search, model, {"beamable_mm": False}),
+        "no attn output": (beam_search, model, {"need_attn": False}),
     }
+    arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     batches = make_batches(
         args.sentences, args.batch, args.src_lens, args.vocab, args.seed, args.device
     )
     names = list(arms)
     for name in names:  # warm-up: allocator, thread pool, first-call overheads
-        search, extra = arms[name]
-        run(search, model, batches[:1], sync, **common, **extra)
+        search, m, extra = arms[name]
+        run(search, m, batches[:1], sync, **common, **extra)
     results: dict[str, list[dict]] = {name: [] for name in names}
     for rep in range(args.repeats):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
-            search, extra = arms[name]
-            results[name].append(run(search, model, batches, sync, **common, **extra))
+            search, m, extra = arms[name]
+            results[name].append(run(search, m, batches, sync, **common, **extra))
 
     base = results["tensorized"]
     n_out = base[0]["tokens"] / base[0]["sentences"]
+    width = max(len(n) for n in names) + 2
     print(
         f"\n## Arms: beam {args.beam}, batch {args.batch}, {args.sentences} sentences, "
         f"mean output {n_out:.1f} tokens (EOS included), median of {args.repeats}"
@@ -184,23 +210,27 @@ def arms_table(args, model, sync) -> None:
     for clock in ("wall", "cpu"):
         print(f"\n{clock} clock, seconds per run (ratio = arm / tensorized, whole run)")
         cols = ["total", "ratio", *PHASES, "search"]
-        print(f"{'arm':<15}" + "".join(f"{c[:12]:>13}" for c in cols))
+        print(f"{'arm':<{width}}" + "".join(f"{c[:12]:>13}" for c in cols))
         for name in names:
             rs = results[name]
             total = med(rs, clock)
             cells = [total, total / med(base, clock)]
             cells += [med(rs, f"phases_{clock}", p) for p in PHASES]
             cells.append(summed(rs, clock, SEARCH))
-            print(f"{name:<15}" + "".join(f"{c:13.3f}" for c in cells))
-        ref = results["reference"]
-        ratio = summed(ref, clock, SEARCH) / summed(base, clock, SEARCH)
-        ratio_all = summed(ref, clock, SEARCH_ALL) / summed(base, clock, SEARCH_ALL)
-        print(
-            f"reference / tensorized: search phase (selection + finalisation) {ratio:.1f}x; "
-            f"with the candidate topk {ratio_all:.1f}x; whole run "
-            f"{med(ref, clock) / med(base, clock):.2f}x"
-        )
-        for name in ("tensorized", "reference"):
+            print(f"{name:<{width}}" + "".join(f"{c:13.3f}" for c in cells))
+        pairs = [("tensorized", "reference")]
+        pairs += [(f"tensorized@{args.baseline}", f"reference@{args.baseline}")] if baseline else []
+        for fast, slow in pairs:
+            f, r = results[fast], results[slow]
+            print(
+                f"{slow} / {fast}: search phase (selection + finalisation) "
+                f"{summed(r, clock, SEARCH) / summed(f, clock, SEARCH):.1f}x; with the "
+                f"candidate topk {summed(r, clock, SEARCH_ALL) / summed(f, clock, SEARCH_ALL):.1f}x; "
+                f"all but the encoder and decoder "
+                f"{summed(r, clock, NON_DECODER) / summed(f, clock, NON_DECODER):.2f}x; "
+                f"whole run {med(r, clock) / med(f, clock):.2f}x"
+            )
+        for name in [n for n in names if n.startswith(("tensorized", "reference"))]:
             rs = results[name]
             shares = {p: med(rs, f"phases_{clock}", p) / med(rs, clock) for p in PHASES}
             print(
@@ -215,41 +245,124 @@ def arms_table(args, model, sync) -> None:
         )
 
 
-def scaling_table(args, model, sync) -> None:
+def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
     """The search phase per step, reference vs tensorized, as beam x batch grows."""
     common = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     cells = [tuple(int(v) for v in c.split("x")) for c in args.scaling]
-    arms = {"tensorized": beam_search, "reference": reference_beam_search}
+    arms = {"tensorized": (beam_search, model), "reference": (reference_beam_search, model)}
+    arms.update({name: (search, CopyingCache(model)) for name, search in baseline.items()})
     sets = {
         batch: make_batches(batch, batch, args.src_lens, args.vocab, args.seed, args.device)
         for _, batch in cells
     }
     results: dict[tuple[str, int, int], list[dict]] = {}
+    names = list(arms)
     for rep in range(args.repeats + 1):  # the first pass warms up
         for beam, batch in cells:
-            for name in list(arms)[:: 1 if rep % 2 else -1]:
-                r = run(arms[name], model, sets[batch], sync, beam=beam, **common)
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                search, m = arms[name]
+                r = run(search, m, sets[batch], sync, beam=beam, **common)
                 r["steps"] = r["calls"]["decoder"]
                 if rep:
                     results.setdefault((name, beam, batch), []).append(r)
     print(
         f"\n## Search phase per step as beam x batch grows: one batch per run, median of "
-        f"{args.repeats}, CPU clock, ms per decoder step"
+        f"{args.repeats}, CPU clock, ms per decoder step (search = selection + finalisation; "
+        "other = candidates + reorder, the tensor work both searches do)"
+    )
+    width = max(len(n) for n in names) + 2
+    heads = ("selection", "finalis.", "search", "candidates", "reorder", "other")
+    print(f"{'beam':>5}{'batch':>7}{'cands':>7}{'steps':>6}  {'arm':<{width}}" + "".join(
+        f"{h:>11}" for h in heads
+    ))  # fmt: skip
+    for beam, batch in cells:
+        per_step: dict[str, dict[str, float]] = {}
+        for name in names:
+            rs = results[(name, beam, batch)]
+            steps = rs[0]["steps"]
+            ms = {p: summed(rs, "cpu", (p,)) / steps * 1000 for p in PHASES}
+            ms["search"] = summed(rs, "cpu", SEARCH) / steps * 1000
+            ms["other"] = summed(rs, "cpu", ("candidates", "reorder")) / steps * 1000
+            per_step[name] = ms
+            cols = ("selection", "finalisation", "search", "candidates", "reorder", "other")
+            print(
+                f"{beam:>5}{batch:>7}{2 * beam * batch:>7}{steps:>6}  {name:<{width}}"
+                + "".join(f"{ms[c]:11.3f}" for c in cols)
+            )
+        ref, fast = per_step["reference"], per_step["tensorized"]
+        line = (
+            f"      reference / tensorized: search {ref['search'] / fast['search']:.1f}x, "
+            f"search + other {(ref['search'] + ref['other']) / (fast['search'] + fast['other']):.2f}x; "
+            f"reference search {1000 * ref['search'] / (2 * beam * batch):.2f} us per candidate"
+        )
+        if baseline:
+            old_fast = per_step[f"tensorized@{args.baseline}"]
+            old_ref = per_step[f"reference@{args.baseline}"]
+            line += (
+                f"; at {args.baseline}: {old_ref['search'] / old_fast['search']:.1f}x; tensorized "
+                f"search now {old_fast['search'] / fast['search']:.2f}x faster than then"
+            )
+        print(line)
+
+
+def op_costs(args, sync) -> None:
+    """What small tensor operations cost: in a tight loop, and right after the step's topk.
+
+    The sequence is the kind of work the tensorized selection does per step (integer division
+    and remainder, a gather, an add, a concatenation, a small topk, a comparison, a masked fill
+    and the host copy) on tensors of its shapes.
+    """
+    beam, bsz, vocab = args.beam, args.batch, args.vocab
+    gen = torch.Generator().manual_seed(args.seed)
+    lprobs = torch.randn(bsz * beam, vocab, generator=gen).log_softmax(-1).to(args.device)
+    cum = torch.randn(bsz * beam, generator=gen).to(args.device) - 5
+    total = torch.empty_like(lprobs)
+    offsets = torch.arange(bsz, device=args.device).unsqueeze(1) * beam
+
+    def step_topk():  # the big operation that precedes selection in every step
+        torch.add(lprobs, cum.unsqueeze(1), out=total)
+        return total.view(bsz, beam * vocab).topk(beam, dim=1)
+
+    def small_ops(scores, idx):  # (bsz, beam) each
+        (idx.div(vocab, rounding_mode="floor") + offsets).remainder(vocab)
+        lprobs.view(bsz, -1).gather(1, idx)
+        eos = lprobs[:, 2].view(bsz, beam) + cum.view(bsz, beam)
+        kth = torch.cat([scores, eos], dim=1).topk(beam, dim=1).values[:, -1:]
+        return eos.masked_fill(eos < kth, float("-inf")).cpu()
+
+    n_ops = 9
+    with torch.inference_mode():
+        scores, idx = step_topk()
+        for _ in range(20):
+            small_ops(scores, idx)
+        sync()
+        hot = []
+        for _ in range(args.repeats * 40):
+            start = time.process_time()
+            small_ops(scores, idx)
+            sync()
+            hot.append(time.process_time() - start)
+        cold, big = [], []
+        for _ in range(args.repeats * 40):
+            start = time.process_time()
+            scores, idx = step_topk()
+            sync()
+            mid = time.process_time()
+            small_ops(scores, idx)
+            sync()
+            big.append(mid - start)
+            cold.append(time.process_time() - mid)
+    print(
+        f"\n## Cost of small tensor operations (CPU clock, median of {len(hot)}): {n_ops} "
+        f"operations of the selection's kinds on ({bsz}, {beam}) tensors"
     )
     print(
-        f"{'beam':>5}{'batch':>7}{'cands':>7}{'steps':>6}"
-        + "".join(f"{h:>13}" for h in ("tens search", "ref search", "ratio", "candidates"))
+        f"in a tight loop: {1e6 * statistics.median(hot):.0f} us "
+        f"({1e6 * statistics.median(hot) / n_ops:.1f} us each); right after the step's add + "
+        f"topk over ({bsz}, {beam} x {vocab}) ({1e3 * statistics.median(big):.2f} ms): "
+        f"{1e6 * statistics.median(cold):.0f} us ({1e6 * statistics.median(cold) / n_ops:.1f} "
+        "us each)"
     )
-    for beam, batch in cells:
-        fast, ref = results[("tensorized", beam, batch)], results[("reference", beam, batch)]
-        steps = fast[0]["steps"]
-        t_fast = summed(fast, "cpu", SEARCH) / steps * 1000
-        t_ref = summed(ref, "cpu", SEARCH) / steps * 1000
-        t_cand = summed(fast, "cpu", ("candidates",)) / steps * 1000
-        print(
-            f"{beam:>5}{batch:>7}{2 * beam * batch:>7}{steps:>6}"
-            f"{t_fast:13.3f}{t_ref:13.3f}{t_ref / t_fast:12.1f}x{t_cand:13.3f}"
-        )
 
 
 def throughput_table(args, model, sync) -> None:
@@ -303,10 +416,13 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device} "
         f"({torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()})"
     )
+    baseline = load_baseline(args.baseline) if args.baseline else {}
     if not args.skip_arms:
-        arms_table(args, model, sync)
+        arms_table(args, model, sync, baseline)
     if args.scaling:
-        scaling_table(args, model, sync)
+        scaling_table(args, model, sync, baseline)
+    if not args.skip_op_costs:
+        op_costs(args, sync)
     if not args.skip_throughput:
         throughput_table(args, model, sync)
 
