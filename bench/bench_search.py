@@ -14,7 +14,8 @@ In one process, interleaved (each repeat runs every arm once, in a rotating orde
 1. Arms at `--beam` x `--batch` (5 x 64): the tensorized search; the reference search (the Lua
    loop structure: tensorized selection off); and the tensorized search with one optimisation
    off at a time: batch shrinking, folded weight norm, attention once per sentence (BeamableMM),
-   and attention output. For each: the whole-run time, its ratio to the tensorized search, and
+   attention output, and leaving the decoder's cached encoder output in place on steps that do
+   not shrink the batch ("no cache skip": copied at every step). For each: the whole-run time, its ratio to the tensorized search, and
    the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
    the tensorized search replaces (the masking and the topk over beam x vocab, phase
    "candidates", are tensor operations in both searches, as in the Lua toolkit).
@@ -184,6 +185,7 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "no folded wn": (beam_search, model, {"fold_weight_norm": False}),
         "no beamable mm": (beam_search, model, {"beamable_mm": False}),
         "no attn output": (beam_search, model, {"need_attn": False}),
+        "no cache skip": (beam_search, CopyingCache(model), {}),
     }
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     batches = make_batches(
