@@ -349,11 +349,12 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
     for step, new_rows in enumerate([6, 6, 4, 4]):  # the batch shrinks after step 1
         assert history.tokens(rows, step).tolist() == tokens
         attn = torch.rand(rows, 3, generator=g)  # (rows, S)
+        history.store_attention(attn, step)
         step_lprobs = torch.randn(rows, 10, generator=g)  # (rows, V)
         eos_lprobs = history.eos_lprobs(step_lprobs, EOS, step)
         assert torch.equal(eos_lprobs, step_lprobs[:, EOS])
         done = torch.tensor([rows - 1, 0, rows - 1])
-        got_tokens, got_lprobs, got_attn = history.finished(done, step, attn)
+        got_tokens, got_lprobs, got_attn = history.finished(done, step)
         for i, r in enumerate(done.tolist()):
             assert got_tokens[i].tolist() == tokens[r][1:] + [EOS]
             assert got_lprobs[i].tolist() == lprobs[r] + [step_lprobs[r, EOS].item()]
@@ -361,7 +362,7 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
         parents = torch.randint(0, rows, (new_rows,), generator=g)
         new_tokens = torch.randint(4, 10, (new_rows,), generator=g)
         new_lprobs = torch.randn(new_rows, generator=g)
-        history.advance(parents, new_tokens, new_lprobs, attn, step)
+        history.advance(parents, new_tokens, new_lprobs, step)
         tokens = [tokens[p] + [t] for p, t in zip(parents.tolist(), new_tokens.tolist())]
         lprobs = [lprobs[p] + [lp] for p, lp in zip(parents.tolist(), new_lprobs.tolist())]
         attns = [attns[p] + [attn[p]] for p in parents.tolist()]

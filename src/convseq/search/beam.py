@@ -148,6 +148,9 @@ def _search(
         rows = bsz * K
         with phase("decoder"):
             lprobs, step_attn = m.decode(history.tokens(rows, step), encoder_out, state)
+        if step_attn is not None:
+            with phase("reorder"):  # history bookkeeping
+                history.store_attention(step_attn, step)  # (rows, S)
 
         with phase("candidates"):
             vocab = lprobs.size(1)
@@ -198,7 +201,7 @@ def _search(
         if host is not None:
             with phase("finalisation"):
                 newly_finished = _finalise(
-                    host, step, K, lenpen, normalize, history, step_attn,
+                    host, step, K, lenpen, normalize, history,
                     sent_ids, finalized, finished, src_lens, width,
                 )  # fmt: skip
                 for b in at_limit:  # a sentence at its maximum length is done
@@ -223,7 +226,7 @@ def _search(
                 min_limit = min(limits[s] for s in sent_ids)
             parents = parents.view(-1)  # (rows',) in this step's numbering
             cum = cum.view(-1)
-            history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step_attn, step)
+            history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step)
             m.reorder_incremental_state(state, parents)
             if shrunk:
                 # the K copies of a sentence's encoder output are identical, so only removing
@@ -249,7 +252,6 @@ def _finalise(
     lenpen: float,
     normalize: bool,
     history: History,
-    attn: torch.Tensor | None,
     sent_ids: list[int],
     finalized: list[list[Hypothesis]],
     finished: list[bool],
@@ -263,7 +265,6 @@ def _finalise(
             the K best of sentence b), else -inf.
         lenpen, normalize: the length penalty, applied here in Python floats (as the reference
             search applies it).
-        attn: (rows, S) this step's attention, or None.
     """
     flat = host.numpy().reshape(-1)  # (bsz*K,) a view of the host copy
     hits = np.flatnonzero(flat != NEG_INF)  # rows, in order
@@ -289,7 +290,7 @@ def _finalise(
         return []
 
     rows = torch.from_numpy(np.array([row for row, _, _ in picks])).to(history.device)  # (n,)
-    tokens, lprobs, attention = history.finished(rows, step, attn)
+    tokens, lprobs, attention = history.finished(rows, step)
     # views into the batched gathers: no per-hypothesis copy or transfer
     tokens, lprobs = tokens.unbind(0), lprobs.unbind(0)
     attention = (None,) * len(picks) if attention is None else attention.unbind(0)

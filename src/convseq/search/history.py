@@ -33,9 +33,10 @@ class History:
             torch.full((rows, steps + 1), eos, dtype=torch.long, device=device) for _ in "ab"
         ]
         self._lprobs = [torch.empty(rows, steps, device=device) for _ in "ab"]  # each token's
-        self._attn: list[torch.Tensor] | None = None  # (rows, S, steps) once attention comes
+        # (rows, steps, S) once the decoder returns attention: time before source, so that a
+        # row's history is one contiguous block (index_select copies it in one piece)
+        self._attn: list[torch.Tensor] | None = None
         self._cur = 0
-        self._attn_step = -1  # the last step whose attention is stored
         self._steps = steps
 
     def tokens(self, rows: int, step: int) -> torch.Tensor:
@@ -44,13 +45,10 @@ class History:
 
     def store_attention(self, attn: torch.Tensor, step: int) -> None:
         """Keep ``attn`` (rows, S), the attention of ``step``, as the history's column ``step``."""
-        if self._attn_step == step:
-            return
         if self._attn is None:
-            shape = (attn.size(0), attn.size(1), self._steps)
-            self._attn = [attn.new_empty(shape) for _ in "ab"]  # (rows, S, steps)
-        self._attn[self._cur][: attn.size(0), :, step] = attn
-        self._attn_step = step
+            shape = (attn.size(0), self._steps, attn.size(1))
+            self._attn = [attn.new_empty(shape) for _ in "ab"]  # (rows, steps, S)
+        self._attn[self._cur][: attn.size(0), step] = attn
 
     def eos_lprobs(self, lprobs: torch.Tensor, eos: int, step: int) -> torch.Tensor:
         """Keep every row's EOS log-prob of ``step``; returns it as a (rows,) view.
@@ -62,40 +60,35 @@ class History:
         return column.copy_(lprobs[:, eos])
 
     def finished(
-        self, rows: torch.Tensor, step: int, attn: torch.Tensor | None
+        self, rows: torch.Tensor, step: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The history of hypotheses ending with EOS at ``step``, one gather per tensor.
 
         Args:
             rows: (n,) the finished hypotheses' rows in this step's numbering.
-            attn: (rows, S) this step's attention, or None.
+            step: the current step (its EOS log-probs and attention already stored).
 
         Returns:
             (n, step + 1) tokens ending in EOS (the leading EOS dropped), (n, step + 1) their
-            log-probs and (n, S, step + 1) their attention (or None).
+            log-probs and (n, S, step + 1) their attention (a transposed view), or None.
         """
         cur = self._cur
         tokens = self._tokens[cur][:, 1 : step + 2].index_select(0, rows)  # (n, step+1)
         lprobs = self._lprobs[cur][:, : step + 1].index_select(0, rows)  # (n, step+1)
-        if attn is None:
+        if self._attn is None:
             return tokens, lprobs, None
-        self.store_attention(attn, step)
-        return tokens, lprobs, self._attn[cur][:, :, : step + 1].index_select(0, rows)
+        attn = self._attn[cur][:, : step + 1].index_select(0, rows)  # (n, step+1, S)
+        return tokens, lprobs, attn.transpose(1, 2)
 
     def advance(
-        self,
-        parents: torch.Tensor,
-        tokens: torch.Tensor,
-        lprobs: torch.Tensor,
-        attn: torch.Tensor | None,
-        step: int,
+        self, parents: torch.Tensor, tokens: torch.Tensor, lprobs: torch.Tensor, step: int
     ) -> None:
         """Row i of the next step continues row ``parents[i]`` with ``tokens[i]``.
 
         Args:
             parents: (rows',) rows of this step (fewer when sentences left the batch).
             tokens: (rows',) the tokens appended; lprobs: (rows',) their log-probs.
-            attn: (rows, S) this step's attention, or None.
+            step: the current step (its attention already stored, if any).
         """
         src, dst = self._cur, 1 - self._cur
         n = parents.size(0)
@@ -109,12 +102,8 @@ class History:
                 self._lprobs[src][:, :step], 0, parents, out=self._lprobs[dst][:n, :step]
             )
         self._lprobs[dst][:n, step] = lprobs
-        if attn is not None:
-            self.store_attention(attn, step)
+        if self._attn is not None:
             torch.index_select(
-                self._attn[src][:, :, : step + 1],
-                0,
-                parents,
-                out=self._attn[dst][:n, :, : step + 1],
+                self._attn[src][:, : step + 1], 0, parents, out=self._attn[dst][:n, : step + 1]
             )
         self._cur = dst
