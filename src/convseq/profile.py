@@ -245,7 +245,12 @@ def epoch_part(action: str) -> str:
     if action.endswith(".backward"):
         return "backward"
     if action.startswith("[LightningModule]") and action.endswith(
-        (".optimizer_step", ".optimizer_zero_grad", ".configure_gradient_clipping")
+        (
+            ".optimizer_step",
+            ".optimizer_zero_grad",
+            ".configure_gradient_clipping",
+            ".on_before_optimizer_step",  # convseq normalises the gradients there
+        )
     ):
         return "optimiser"
     if "ModelCheckpoint" in action or "checkpoint" in action.lower():
@@ -319,6 +324,10 @@ class EpochProfiler(Profiler):
         # Lightning prints a profiler's summary after every stage (fit, test); train() prints
         # the table once, at the end of the run, instead.
         return ""
+
+    def top_actions(self, n: int = 12) -> list[tuple[str, float]]:
+        """The ``n`` Lightning actions with the most own time over the profiled epochs."""
+        return sorted(self.action_seconds.items(), key=lambda kv: -kv[1])[:n]
 
     def mean(self) -> dict[str, float]:
         """Mean seconds per part over the epochs (the first left out when there are several)."""

@@ -360,7 +360,12 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "history": history,
     }
     if isinstance(trainer.profiler, EpochProfiler):
-        summary["profile"] = {"epochs": trainer.profiler.epochs, "mean": trainer.profiler.mean()}
+        profiler = trainer.profiler
+        summary["profile"] = {
+            "epochs": profiler.epochs,
+            "mean": profiler.mean(),
+            "top_actions": profiler.top_actions(),
+        }
         if trainer.is_global_zero:
             print(trainer.profiler.table(), flush=True)
     _report(output_dir, summary)
