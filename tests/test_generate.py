@@ -205,6 +205,16 @@ def test_generate_refuses_a_split_without_reference_text(tiny_data, tiny_ckpt, t
         run_generate(generate_config(tiny_data, tmp_path, f"ckpt={tiny_ckpt}", "gen.split=train"))
 
 
+def test_impossible_search_settings_stop_generate_with_one_clear_line(
+    tiny_data, tiny_ckpt, tmp_path, capsys
+):
+    with pytest.raises(SystemExit) as exit_info:
+        dispatch(generate_config(tiny_data, tmp_path, f"ckpt={tiny_ckpt}", "gen.min_len=20"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "generation settings (gen.*): sentence" in err and "below min_len 20" in err
+
+
 def test_checkpoint_paths_split_an_ensemble_on_colons():
     assert checkpoint_paths("a.ckpt:dir/b.pt") == ["a.ckpt", "dir/b.pt"]
     assert checkpoint_paths(["a.ckpt", "b.ckpt"]) == ["a.ckpt", "b.ckpt"]

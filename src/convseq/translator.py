@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_TOKENS = 4000
 
 
+class GenerationError(ConvseqError):
+    """Search settings that cannot be honoured (e.g. min_len above a sentence's max length)."""
+
+
 class GenerationOOM(ConvseqError):
     """The device ran out of memory on a generation batch; the message says what to lower."""
 
@@ -224,6 +228,8 @@ class Translator:
             if not is_oom(e):
                 raise
             raise out_of_memory(src_tokens) from e
+        except ValueError as e:  # the search refuses settings it cannot honour, naming them
+            raise GenerationError(f"generation settings (gen.*): {e}") from e
         phase = timer.phase if timer is not None else None
         if phase is None:
             return self._records(batch, src_tokens, src_lengths, hyps)
