@@ -289,7 +289,8 @@ def _finalise(
     if not picks:
         return []
 
-    rows = torch.from_numpy(np.array([row for row, _, _ in picks])).to(history.device)  # (n,)
+    rows = np.array([row for row, _, _ in picks], dtype=np.int64)  # (n,)
+    rows = torch.from_numpy(rows).to(history.device)
     tokens, lprobs, attention = history.finished(rows, step)
     # views into the batched gathers: no per-hypothesis copy or transfer
     tokens, lprobs = tokens.unbind(0), lprobs.unbind(0)
