@@ -249,8 +249,8 @@ def _equal_row_groups(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
     """(B,) group ids: consecutive rows equal in every tensor share one, any other row differs.
 
     Exact value comparison, one pass over the tensors (NaN never equals: such rows stay
-    apart; -0.0 equals 0.0, which no product or sum distinguishes). Only neighbours are
-    compared, which finds the beam copies of a sentence.
+    apart; -0.0 counts as equal to 0.0: the attention's products and sums give equal values
+    for either). Only neighbours are compared, which finds the beam copies of a sentence.
     """
     present = [t for t in tensors if t is not None]
     rows = present[0].size(0)
