@@ -75,24 +75,14 @@ def build(cfg: dict[str, Any]):
     import pytorch_lightning as pl
 
     from convseq.data.databin import DataBin
-    from convseq.data.datamodule import TranslationDataModule
     from convseq.data.preprocess import prepare_databin
-    from convseq.train import build_module
+    from convseq.train import build_datamodule, build_module
 
     seed = int(cfg["seed"])
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"], progress=False))
     module = build_module(cfg, databin)
-    src_pos, tgt_pos = module.model.max_positions()
-    max_pos = int(cfg["data"].get("max_positions", 1022))
-    dm = TranslationDataModule(
-        cfg["data"],
-        cfg["batching"],
-        cfg["paths"]["cache_dir"],
-        seed=seed,
-        max_source_positions=min(max_pos, src_pos),
-        max_target_positions=min(max_pos, tgt_pos),
-    )
+    dm = build_datamodule(cfg, module)
     return module, dm
 
 

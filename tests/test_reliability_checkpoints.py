@@ -21,20 +21,13 @@ from convseq.errors import CheckpointError
 from convseq.loading import load_any
 from convseq.module import ConvSeqModule
 from convseq.train import train
-from tests.training_utils import summary, tiny_config
+from tests.training_utils import summary, tiny_config, train_one_tiny_epoch
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory) -> Path:
     """One epoch of the tiny model: a run folder with best.ckpt and last.ckpt."""
-    out = tmp_path_factory.mktemp("trained")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(tiny_config(tiny_data, out, "trainer.max_epochs=1"))
-    finally:
-        torch.set_num_threads(before)
-    return out
+    return train_one_tiny_epoch(tiny_data, tmp_path_factory.mktemp("trained"))
 
 
 def _sha(path: Path) -> str:

@@ -14,25 +14,17 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-import torch
 
 from convseq.cli import dispatch
 from convseq.errors import CheckpointError, DataError
 from convseq.train import train
-from tests.training_utils import tiny_config
+from tests.training_utils import tiny_config, train_one_tiny_epoch
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_data, tmp_path_factory) -> Path:
     """One epoch of the tiny model on the tiny corpus."""
-    out = tmp_path_factory.mktemp("trained")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(tiny_config(tiny_data, out, "trainer.max_epochs=1"))
-    finally:
-        torch.set_num_threads(before)
-    return out
+    return train_one_tiny_epoch(tiny_data, tmp_path_factory.mktemp("trained"))
 
 
 def _state(folder: Path) -> dict[str, str]:

@@ -63,6 +63,19 @@ def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) 
     return to_plain(compose_config([*base, *overrides], output_dir=str(output_dir)))
 
 
+def train_one_tiny_epoch(tiny: dict[str, Path], output_dir: Path) -> Path:
+    """One epoch of the tiny model on one thread: a run folder with best.ckpt and last.ckpt."""
+    from convseq.train import train  # imported late: training pulls in Lightning
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(tiny_config(tiny, output_dir, "trainer.max_epochs=1"))
+    finally:
+        torch.set_num_threads(before)
+    return output_dir
+
+
 def tiny_databin(tiny: dict[str, Path]) -> DataBin:
     return DataBin(tiny["databin"])
 

@@ -68,7 +68,7 @@ from convseq.run_log import (
     write_summary,
 )
 
-__all__ = ["build_module", "build_trainer", "train"]
+__all__ = ["build_datamodule", "build_module", "build_trainer", "train"]
 
 
 def build_module(cfg: Mapping[str, Any], databin: DataBin) -> ConvSeqModule:
@@ -79,6 +79,20 @@ def build_module(cfg: Mapping[str, Any], databin: DataBin) -> ConvSeqModule:
         tgt_vocab=databin.tgt_dict.to_list(),
         optim=cfg["optim"],
         criterion=cfg.get("criterion") or {},
+    )
+
+
+def build_datamodule(cfg: Mapping[str, Any], module: ConvSeqModule) -> TranslationDataModule:
+    """The data module, its length limits the tighter of the data's and the model's positions."""
+    src_pos, tgt_pos = module.model.max_positions()
+    max_pos = int(cfg["data"].get("max_positions", 1022))
+    return TranslationDataModule(
+        cfg["data"],
+        cfg["batching"],
+        cfg["paths"]["cache_dir"],
+        seed=int(cfg.get("seed", 1)),
+        max_source_positions=min(max_pos, src_pos),
+        max_target_positions=min(max_pos, tgt_pos),
     )
 
 
@@ -290,16 +304,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         del ckpt
         rank_zero_info(f"convseq: resuming from {resume}")
 
-    src_pos, tgt_pos = module.model.max_positions()
-    max_pos = int(cfg["data"].get("max_positions", 1022))
-    dm = TranslationDataModule(
-        cfg["data"],
-        cfg["batching"],
-        cfg["paths"]["cache_dir"],
-        seed=seed,
-        max_source_positions=min(max_pos, src_pos),
-        max_target_positions=min(max_pos, tgt_pos),
-    )
+    dm = build_datamodule(cfg, module)
     cbs = build_callbacks(cfg, ckpt_dir)
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
