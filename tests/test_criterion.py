@@ -12,6 +12,7 @@ from convseq.criterion import (
     CriterionConfigError,
     LabelSmoothedCrossEntropy,
     label_smoothed_cross_entropy,
+    label_smoothed_nll_loss,
     logged_values,
 )
 
@@ -83,12 +84,44 @@ def test_pad_targets_contribute_nothing():
     # Changing the scores at pad positions changes nothing; dropping them changes nothing.
     other = logits.detach().clone()
     other[pad] = torch.randn(int(pad.sum()), logits.size(-1)) * 10
+    other.requires_grad_(True)  # the same (fused, training) path as `out`
     again = label_smoothed_cross_entropy(other, target, 0.1, PAD)
     assert torch.equal(again.loss, out.loss.detach())
     row = label_smoothed_cross_entropy(logits[2:, :1].detach(), target[2:, :1], 0.1, PAD)
     full_row = label_smoothed_cross_entropy(logits[2:].detach(), target[2:], 0.1, PAD)
     assert torch.allclose(row.loss, full_row.loss, rtol=1e-6, atol=0)
     assert full_row.ntokens.item() == 1
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.3])
+def test_fused_training_path_matches_the_composed_loss_and_gradients(eps):
+    # Training (logits that need gradients) takes a fused loss with a hand-written backward;
+    # evaluation takes log_softmax + label_smoothed_nll_loss. Both must agree, and so must
+    # autograd's gradients of the composed form, for the loss, the nll and any mix of the two.
+    logits, target = _batch(seed=7, vocab=11)
+    logits = logits * 3  # float32, as the criterion computes
+    fused_in = logits.clone().requires_grad_(True)
+    fused = label_smoothed_cross_entropy(fused_in, target, eps, PAD)
+    (fused.loss + 0.3 * fused.nll_loss).backward()
+
+    ref_in = logits.clone().requires_grad_(True)
+    lp = F.log_softmax(ref_in, dim=-1).view(-1, 11)  # the composed form, through autograd
+    ref_loss, ref_nll = label_smoothed_nll_loss(lp, target.view(-1), eps, PAD)
+    (ref_loss + 0.3 * ref_nll).backward()
+    evaluated = label_smoothed_cross_entropy(logits, target, eps, PAD)  # no grad: composed
+
+    assert fused.loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert fused.nll_loss.item() == pytest.approx(ref_nll.item(), rel=1e-6)
+    assert torch.equal(evaluated.loss, ref_loss.detach())
+    torch.testing.assert_close(fused_in.grad, ref_in.grad, rtol=1e-5, atol=1e-6)
+    # only the nll used: the smoothing term gets no weight
+    only_nll = logits.clone().requires_grad_(True)
+    label_smoothed_cross_entropy(only_nll, target, eps, PAD).nll_loss.backward()
+    ref_only = logits.clone().requires_grad_(True)
+    F.cross_entropy(
+        ref_only.view(-1, 11), target.view(-1), ignore_index=PAD, reduction="sum"
+    ).backward()
+    torch.testing.assert_close(only_nll.grad, ref_only.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_low_precision_logits_give_a_float32_loss():
