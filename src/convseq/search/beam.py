@@ -77,7 +77,7 @@ def beam_search(
         Per input sentence, in input order, its ``nbest`` best hypotheses, best first.
     """
     search_model = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen)
+    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
     if src_tokens.size(0) == 0:
         return []
     context = search_model.generation_context(

@@ -183,6 +183,7 @@ def check_arguments(
     nbest: int,
     min_len: int,
     lenpen: float,
+    unk_penalty: float = 0.0,
 ) -> None:
     """Refuse shapes and settings no search can honour, naming the argument."""
     if src_tokens.dim() != 2:
@@ -202,6 +203,12 @@ def check_arguments(
         raise ValueError(f"min_len: must be >= 0, got {min_len}")
     if lenpen != lenpen:  # NaN
         raise ValueError("lenpen: must be a number, got NaN")
+    # +inf forbids <unk> (like pad); NaN or -inf would make every score NaN or +inf, and the
+    # topk would then pick arbitrary tokens (EOS inside hypotheses, NaN scores)
+    if unk_penalty != unk_penalty or unk_penalty == float("-inf"):
+        raise ValueError(
+            f"unk_penalty: must be a finite number (or inf, to forbid <unk>), got {unk_penalty}"
+        )
 
 
 def max_lengths(

@@ -37,7 +37,7 @@ def greedy(
 ) -> list[list[Hypothesis]]:
     """Argmax decoding; returns one hypothesis per sentence in `beam_search`'s format."""
     m = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, 1, 1, min_len, lenpen)
+    check_arguments(src_tokens, src_lengths, 1, 1, min_len, lenpen, unk_penalty)
     bsz, width = src_tokens.shape
     if bsz == 0:
         return []

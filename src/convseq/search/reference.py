@@ -54,7 +54,7 @@ def reference_beam_search(
 ) -> list[list[Hypothesis]]:
     """`convseq.search.beam_search`'s contract, computed with per-hypothesis Python loops."""
     search_model = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen)
+    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
     if src_tokens.size(0) == 0:
         return []
     context = search_model.generation_context(
