@@ -12,7 +12,11 @@ Files written into ``gen.output`` (default: the run folder), for split ``S``:
   ``T-id`` (reference), and per hypothesis ``H-id score pieces``, ``D-id score text``,
   ``P-id`` (per-token log-probs) and ``A-id`` (source position each token attends most); scores
   in base 2, as fairseq prints them;
-- ``generate-S.json``: BLEU and chrF with their signatures, the speed figures and the settings.
+- ``generate-S.json``: BLEU and chrF with their signatures, the speed figures and the settings;
+- ``attention-S-i.png`` for the first ``gen.plot_attention`` sentences: the best hypothesis'
+  attention over the source (`convseq.attention_plot`);
+- ``generate-S.profile.png`` with ``gen.profile=true``: the time breakdown as a bar chart
+  (`convseq.profile_plot`).
 
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
 never with references rebuilt from the binarised data.
@@ -41,7 +45,7 @@ from convseq.data.dataset import LanguagePairDataset
 from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError, DataError
 from convseq.profile import GenerationProfiler
-from convseq.translator import GenOptions, Translator, in_input_order
+from convseq.translator import GenerationError, GenOptions, Translator, in_input_order
 
 log = logging.getLogger(__name__)
 LN2 = math.log(2.0)
@@ -242,6 +246,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         raise DataError(
             f"gen.split={split!r}: BLEU needs the split's reference text, kept for {TEXT_SPLITS}"
         )
+    plot_attention = attention_plot_count(gen)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
     translator = load_translator(cfg, databin)
     refs = databin.text(split, "tgt")
@@ -272,6 +277,11 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     hyp_path = out_dir / f"generate-{split}.txt"
     hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     write_nbest(out_dir / f"generate-{split}.nbest.txt", records, refs)
+    attention_pngs: list[Path] = []
+    if plot_attention:
+        from convseq.attention_plot import write_attention_plots  # matplotlib only when asked
+
+        attention_pngs = write_attention_plots(records, out_dir, split, plot_attention)
     tokens = generated_tokens(records)
     result = {
         "split": split,
@@ -284,8 +294,20 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "max_tokens": gen.get("max_tokens"),
         "batch_size": gen.get("batch_size"),
     }
+    if attention_pngs:
+        result["attention_plots"] = [str(p) for p in attention_pngs]
+    profile_png = None
     if profiler is not None:
+        from convseq.profile_plot import write_time_breakdown  # matplotlib only when asked
+
         result["profile"] = profiler.report()
+        profile_png = write_time_breakdown(
+            profiler.rows(),
+            profiler.wall,
+            out_dir / f"generate-{split}.profile.png",
+            title=f"Where the time goes (generate {split})",
+        )
+        result["profile_chart"] = str(profile_png)
     (out_dir / f"generate-{split}.json").write_text(json.dumps(result, indent=2) + "\n")
 
     print(speed_line(len(records), tokens, seconds))
@@ -293,8 +315,27 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         print(line)
     if profiler is not None:
         print(profiler.table())
+        print(f"convseq: time breakdown chart written to {profile_png}")
+    if attention_pngs:
+        print(
+            f"convseq: {len(attention_pngs)} attention heatmap(s) written to "
+            f"{out_dir}/attention-{split}-*.png"
+        )
     print(f"convseq: hypotheses written to {hyp_path}", flush=True)
     return result
+
+
+def attention_plot_count(gen: Mapping[str, Any]) -> int:
+    """``gen.plot_attention``, checked: a count >= 0, and attention on when it is above 0."""
+    n = int(gen.get("plot_attention") or 0)
+    if n < 0:
+        raise GenerationError(f"gen.plot_attention={n}: give a number of sentences >= 0 (0 = off)")
+    if n > 0 and not gen.get("need_attn", True):
+        raise GenerationError(
+            f"gen.plot_attention={n} draws the search's attention, but gen.need_attn=false turns "
+            "it off: set gen.need_attn=true (or gen.plot_attention=0)"
+        )
+    return n
 
 
 def split_scores(

@@ -186,16 +186,17 @@ class GenerationProfiler:
             "other_seconds": self.wall - total,
         }
 
+    def rows(self) -> list[tuple[str, float, bool]]:
+        """The table's rows: (label, seconds, is a decoder sub-row), "not attributed" last."""
+        parts = self.parts()
+        rows = [(label, parts[key], sub) for key, label, sub in GEN_ROWS if key in parts]
+        total = sum(parts[k] for k in TOP_PARTS)
+        rows.append(("not attributed", self.wall - total, False))
+        return rows
+
     def table(self) -> str:
         """The breakdown as a text table (seconds and % of the wall time)."""
-        parts = self.parts()
-        rows = [
-            (("  " if sub else "") + label, parts[key])
-            for key, label, sub in GEN_ROWS
-            if key in parts
-        ]
-        total = sum(parts[k] for k in TOP_PARTS)
-        rows.append(("not attributed", self.wall - total))
+        rows = [(("  " if sub else "") + label, secs) for label, secs, sub in self.rows()]
         return format_table("Where the time goes (generate)", rows, self.wall)
 
 

@@ -144,7 +144,8 @@ class GenConfig:
     batch_size: int | None = None  # sentences per batch (with or instead of max_tokens)
     split: str = "test"  # valid | test: the split task=generate translates and scores
     tokenize: str = "13a"  # sacreBLEU's tokenizer
-    profile: bool = False  # task=generate: print where the time goes
+    profile: bool = False  # task=generate: print where the time goes (+ a bar chart PNG)
+    plot_attention: int = 0  # task=generate: attention heatmap PNGs of the first N sentences
     output: str | None = None  # folder of the generate files (default: the run folder)
     dict_dir: str | None = None  # fairseq checkpoints: folder of dict.<lang>.txt (default: beside)
     test_bleu: bool = True  # task=train: translate the test split with the best checkpoint
