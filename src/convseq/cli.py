@@ -96,6 +96,13 @@ def run_interactive(cfg: dict[str, Any]) -> tuple[int, int]:
     return interactive(cfg)
 
 
+def run_compare(cfg: dict[str, Any]) -> list:
+    """Paired bootstrap BLEU comparison of `compare.runs` (see `convseq.compare`)."""
+    from convseq.compare import run_compare as compare
+
+    return compare(cfg)
+
+
 TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "preprocess": run_preprocess,
     "train": run_train,
@@ -104,6 +111,7 @@ TASK_FUNCTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "import_fairseq": run_import_fairseq,
     "generate": run_generate,
     "interactive": run_interactive,
+    "compare": run_compare,
 }
 assert set(TASK_FUNCTIONS) == set(TASKS)
 

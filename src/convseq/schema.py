@@ -26,6 +26,7 @@ TASKS = (
     "import_fairseq",
     "generate",
     "interactive",
+    "compare",
 )
 
 
@@ -152,6 +153,17 @@ class GenConfig:
 
 
 @dataclass
+class CompareConfig:
+    """`task=compare`: paired bootstrap resampling between systems' translations (convseq.compare)."""
+
+    runs: list[str] = field(default_factory=list)  # run folders or hypothesis files, baseline first
+    split: str = "test"  # run folders: their generate-<split>.txt
+    refs: str | None = None  # reference file (default: the split's text in the data-bin of `data`)
+    n_samples: int = 1000  # bootstrap resamples
+    seed: int = 12345  # resampling seed (>= 1)
+
+
+@dataclass
 class Config:
     """The root of every composed configuration."""
 
@@ -177,6 +189,7 @@ class Config:
     average: AverageConfig = field(default_factory=AverageConfig)
     import_fairseq: ImportFairseqConfig = field(default_factory=ImportFairseqConfig)
     gen: GenConfig = field(default_factory=GenConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
     bleu_every_n_epochs: int = 0  # task=train: validation BLEU every N epochs (0 = off)
     profile: bool = False  # task=train: print where each training epoch's time goes
 

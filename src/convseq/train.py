@@ -12,6 +12,8 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
   `checkpoints/best.ckpt` (best `checkpoint.monitor`), `checkpoints/epochNNN.ckpt` (optional),
   `checkpoints/crash.ckpt` (the state at a NaN or inf loss or gradient, which stops training);
 - `csv/metrics.csv` (one file, continued by resumed runs);
+- `generate-test.txt` (`gen.test_bleu`): the best checkpoint's test translations, detokenised, one
+  per line, as `task=generate` writes them (what `task=compare` reads from a run folder);
 - `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
   figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`) and
   the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
@@ -330,6 +332,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     elif not interrupted:
         trainer.test(module, datamodule=dm, verbose=False)
     gen = cfg.get("gen") or {}
+    test_hypotheses: Path | None = None
     if (
         not interrupted
         and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
@@ -337,9 +340,11 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         and trainer.is_global_zero
     ):
         # the module holds the weights just tested (best.ckpt's)
-        scores, _ = model_scores(module, dm.databin, "test", gen)
+        scores, hyps = model_scores(module, dm.databin, "test", gen)
         module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
         module.test_figures["test/bleu_signature"] = scores.bleu_signature
+        test_hypotheses = output_dir / "generate-test.txt"
+        test_hypotheses.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         for line in scores.lines():
             print(f"convseq: test {line}", flush=True)
 
@@ -362,6 +367,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "last_checkpoint": str(ckpt_dir / LAST) if (ckpt_dir / LAST).exists() else None,
         "resumed_from": str(resume) if resume else None,
         "test": dict(module.test_figures),
+        "test_hypotheses": str(test_hypotheses) if test_hypotheses else None,
         "history": history,
     }
     if isinstance(trainer.profiler, EpochProfiler):
