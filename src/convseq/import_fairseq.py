@@ -1,7 +1,7 @@
 """`task=import_fairseq`: turn a fairseq fconv checkpoint into a convseq (Lightning) checkpoint.
 
-    python run.py task=import_fairseq fairseq.ckpt=/models/wmt14.en-fr/model.pt \
-        fairseq.output=/models/en-fr.ckpt [fairseq.dict_dir=...]
+    python run.py task=import_fairseq ckpt=/models/wmt14.en-fr/model.pt \
+        import_fairseq.output=/models/en-fr.ckpt [import_fairseq.dict_dir=...]
 
 The fairseq file is read through `convseq.interop.load_fairseq` (weights_only loading with an
 explicit allowlist; nothing in it runs). The result loads with
