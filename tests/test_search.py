@@ -12,6 +12,7 @@ import copy
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -143,13 +144,15 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("host_selection", [True, False], ids=["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_tensorized_equals_reference(case):
+def test_tensorized_equals_reference(case, host_selection):
+    """Both ways of selecting (NumPy on the CPU's memory, torch operations) against the reference."""
     model = sharp_model()
     src, lengths = batch(LENGTHS)
     args = {"max_len_b": 15, **case}
     fast, slow = Recorder(model), Recorder(model)
-    out = beam_search(fast, src, lengths, **args)
+    out = beam_search(fast, src, lengths, **args, host_selection=host_selection)
     ref = reference_beam_search(slow, src, lengths, **args)
 
     assert_margin(fast.steps + slow.steps, 2 * case["beam"] + 1)
@@ -338,8 +341,9 @@ def test_the_cached_encoder_output_is_copied_only_when_the_batch_shrinks(monkeyp
             assert torch.equal(a["attention"], b["attention"])
 
 
-def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
-    history = History(6, 5, EOS, torch.device("cpu"))
+@pytest.mark.parametrize("host_gather", [True, False], ids=["numpy", "torch"])
+def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos(host_gather):
+    history = History(6, 5, EOS, torch.device("cpu"), host_gather=host_gather)
     g = torch.Generator().manual_seed(0)
     # the histories kept the slow way: Python lists per row
     tokens: list[list[int]] = [[EOS] for _ in range(6)]
@@ -353,7 +357,7 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
         step_lprobs = torch.randn(rows, 10, generator=g)  # (rows, V)
         eos_lprobs = history.eos_lprobs(step_lprobs, EOS, step)
         assert torch.equal(eos_lprobs, step_lprobs[:, EOS])
-        done = torch.tensor([rows - 1, 0, rows - 1])
+        done = np.array([rows - 1, 0, rows - 1])
         got_tokens, got_lprobs, got_attn = history.finished(done, step)
         for i, r in enumerate(done.tolist()):
             assert got_tokens[i].tolist() == tokens[r][1:] + [EOS]
@@ -376,6 +380,7 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
         dict(fold_weight_norm=False),
         dict(beamable_mm=False),
         dict(shrink=False, fold_weight_norm=False, beamable_mm=False),
+        dict(host_selection=False),
     ],
 )
 def test_switching_optimisations_off_changes_no_output(switch):
