@@ -1,12 +1,17 @@
 """Benchmark: the tensorized beam search against the reference search, throughput, ablations.
 
-A randomly initialised preset (fconv_iwslt_de_en by default, 8000-word vocabularies) translates
-synthetic sources whose lengths are drawn uniformly from `--src-lens`. Random weights give no
-natural output length, so lengths are made realistic this way: every sentence stops by its own
-limit ``max_len_a * src_len + max_len_b`` (1.0 and 2 by default: outputs about as long as their
-sources), and the EOS logit gets a bias (`--eos-bias`) under which some hypotheses end earlier,
-so that finalisation and batch shrinking happen at many steps, not only at the limit. Sentences
-are batched in source-length order, as fairseq batches them.
+Two kinds of input (bench/search_inputs.py):
+
+- a trained model on real text: `--ckpt` (e.g. the Multi30k recipe's best.ckpt) and `--src-file`
+  (e.g. test.de); the translations end where the model ends them (max_len_a 0, max_len_b 200);
+- by default, a randomly initialised preset (fconv_iwslt_de_en, 8000-word vocabularies) on
+  synthetic sources whose lengths are drawn uniformly from `--src-lens`. Random weights give no
+  natural output length, so every sentence stops by its own limit ``max_len_a * src_len +
+  max_len_b`` (1.0 and 2: outputs about as long as their sources), and the EOS logit gets a
+  bias (`--eos-bias`) under which some hypotheses end earlier, so that finalisation and batch
+  shrinking happen at many steps, not only at the limit.
+
+Sentences are batched in source-length order, as fairseq batches them.
 
 In one process, interleaved (each repeat runs every arm once, in a rotating order), medians of
 `--repeats` runs, wall and CPU clocks (the CPU clock is the one to quote on a shared machine),
@@ -16,14 +21,15 @@ with the objects that exist before the runs frozen out of the garbage collector'
    loop structure: tensorized selection off); and the tensorized search with one optimisation
    off at a time: batch shrinking, folded weight norm, attention once per sentence (BeamableMM),
    attention output, and leaving the decoder's cached encoder output in place on steps that do
-   not shrink the batch ("no cache skip": copied at every step). For each: the whole-run time, its ratio to the tensorized search, and
-   the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
+   not shrink the batch ("no cache skip": copied at every step), and on the CPU the selection
+   made of torch operations instead of NumPy ones ("torch selection"). For each: the whole-run
+   time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
    the tensorized search replaces (the masking and the topk over beam x vocab, phase
    "candidates", are tensor operations in both searches, as in the Lua toolkit).
 2. The search phase per decoder step, reference vs tensorized, as beam x batch grows (the
    reference's Python work grows with the number of candidates, 2 x beam x batch per step).
-3. What a small tensor operation costs here: in a tight loop, and right after the step's topk
-   over beam x vocab (where the search's selection runs), to explain the fixed cost per step.
+3. What the selection costs as torch operations and as NumPy operations: in a tight loop, and
+   right after the step's topk over beam x vocab (where it runs), to explain the fixed cost.
 4. Throughput of the tensorized search: sentences/s and output tokens/s at beam 1 and 5 and
    batch 1, 16, 64, 128.
 
@@ -31,7 +37,9 @@ with the objects that exist before the runs frozen out of the garbage collector'
 `git show`, with the decoder copying its cached encoder output at every step, as it then did) to
 tables 1 and 2, interleaved with the current ones: before/after figures from one process.
 
-    python bench/bench_search.py                  # the figures in docs/search.md (1 thread)
+    python bench/bench_search.py                  # random weights (1 thread)
+    python bench/bench_search.py --ckpt outputs/m30k/deen_main/checkpoints/best.ckpt \\
+        --src-file ../shared/data/multi30k/test.de  # the trained model: docs/search.md
     python bench/bench_search.py --baseline 587152e --skip-throughput   # before / after
     python bench/bench_search.py --quick          # a small version (~1 min)
     python bench/bench_search.py --device cuda    # on a GPU (phases timed with a sync each)
@@ -46,17 +54,19 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from convseq.models.fconv import FConvModel
 from convseq.search import PHASES, beam_search, reference_beam_search
+from convseq.search.beam import _select_device, _select_host
 from search_baseline import CopyingCache, load_baseline  # bench/, beside this script
-
-CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
-PAD, EOS = 1, 2
+from search_inputs import (  # bench/, beside this script
+    file_sources,
+    make_batches,
+    random_model,
+    random_sources,
+    trained_model,
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -65,9 +75,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=8000, help="source and target vocabulary size")
     p.add_argument("--sentences", type=int, default=128, help="sentences per run")
     p.add_argument("--src-lens", type=int, nargs=2, default=[6, 30], help="source length range")
-    p.add_argument("--max-len-a", type=float, default=1.0)
-    p.add_argument("--max-len-b", type=int, default=2)
+    p.add_argument("--max-len-a", type=float, help="default 1.0 (random model), 0 (--ckpt)")
+    p.add_argument("--max-len-b", type=int, help="default 2 (random model), 200 (--ckpt)")
     p.add_argument("--eos-bias", type=float, default=0.3, help="added to the EOS logit")
+    p.add_argument("--ckpt", help="a trained checkpoint instead of a random model")
+    p.add_argument("--src-file", help="with --ckpt: the raw source text to translate")
     p.add_argument("--beam", type=int, default=5, help="beam of the arms table")
     p.add_argument("--batch", type=int, default=64, help="batch of the arms table")
     p.add_argument("--beams", type=int, nargs="+", default=[1, 5], help="throughput beams")
@@ -89,6 +101,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--baseline", metavar="REV", help="also run the searches of git revision REV")
     p.add_argument("--quick", action="store_true", help="a small version: fewer of everything")
     args = p.parse_args()
+    if bool(args.ckpt) != bool(args.src_file):
+        p.error("--ckpt and --src-file go together")
+    if args.max_len_a is None:
+        args.max_len_a = 0.0 if args.ckpt else 1.0
+    if args.max_len_b is None:
+        args.max_len_b = 200 if args.ckpt else 2
     if args.quick:
         args.sentences, args.throughput_sentences, args.repeats = 32, 32, 3
         args.batch, args.batches, args.scaling = 32, [1, 32], ["5x8", "5x32"]
@@ -117,24 +135,6 @@ class TwoClocks:
             self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - cpu
             self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - wall
             self.calls[name] = self.calls.get(name, 0) + 1
-
-
-def make_batches(
-    n: int, batch: int, lens: tuple[int, int], vocab: int, seed: int, device: str
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`n` random left-padded sources in length order, cut into batches of `batch`."""
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(lens[0], lens[1] + 1, (n,), generator=gen).sort().values
-    out = []
-    for start in range(0, n, batch):
-        chunk = lengths[start : start + batch]
-        width = int(chunk.max())
-        src = torch.full((len(chunk), width), PAD)
-        for i, length in enumerate(chunk.tolist()):
-            src[i, width - length :] = torch.randint(4, vocab, (length,), generator=gen)
-            src[i, -1] = EOS
-        out.append((src.to(device), chunk.to(device)))
-    return out
 
 
 def run(search, model, batches, sync, **kwargs) -> dict:
@@ -189,10 +189,10 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "no attn output": (beam_search, model, {"need_attn": False}),
         "no cache skip": (beam_search, CopyingCache(model), {}),
     }
+    if args.device == "cpu":  # elsewhere torch operations are the default already
+        arms["torch selection"] = (beam_search, model, {"host_selection": False})
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
-    batches = make_batches(
-        args.sentences, args.batch, args.src_lens, args.vocab, args.seed, args.device
-    )
+    batches = make_batches(args.sources(args.sentences), args.batch, args.device)
     names = list(arms)
     for name in names:  # warm-up: allocator, thread pool, first-call overheads
         search, m, extra = arms[name]
@@ -253,19 +253,21 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
     """The search phase per step, reference vs tensorized, as beam x batch grows."""
     common = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     cells = [tuple(int(v) for v in c.split("x")) for c in args.scaling]
-    arms = {"tensorized": (beam_search, model), "reference": (reference_beam_search, model)}
-    arms.update({name: (search, CopyingCache(model)) for name, search in baseline.items()})
-    sets = {
-        batch: make_batches(batch, batch, args.src_lens, args.vocab, args.seed, args.device)
-        for _, batch in cells
+    arms = {
+        "tensorized": (beam_search, model, {}),
+        "reference": (reference_beam_search, model, {}),
     }
+    if args.device == "cpu":
+        arms["torch selection"] = (beam_search, model, {"host_selection": False})
+    arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
+    sets = {batch: make_batches(args.sources(batch), batch, args.device) for _, batch in cells}
     results: dict[tuple[str, int, int], list[dict]] = {}
     names = list(arms)
     for rep in range(args.repeats + 1):  # the first pass warms up
         for beam, batch in cells:
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                search, m = arms[name]
-                r = run(search, m, sets[batch], sync, beam=beam, **common)
+                search, m, extra = arms[name]
+                r = run(search, m, sets[batch], sync, beam=beam, **common, **extra)
                 r["steps"] = r["calls"]["decoder"]
                 if rep:
                     results.setdefault((name, beam, batch), []).append(r)
@@ -299,6 +301,12 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
             f"search + other {(ref['search'] + ref['other']) / (fast['search'] + fast['other']):.2f}x; "
             f"reference search {1000 * ref['search'] / (2 * beam * batch):.2f} us per candidate"
         )
+        if "torch selection" in per_step:
+            torch_ops = per_step["torch selection"]
+            line += (
+                f"; with torch selection: {ref['search'] / torch_ops['search']:.1f}x "
+                f"(NumPy selection {torch_ops['search'] / fast['search']:.2f}x faster)"
+            )
         if baseline:
             old_fast = per_step[f"tensorized@{args.baseline}"]
             old_ref = per_step[f"reference@{args.baseline}"]
@@ -310,72 +318,64 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
 
 
 def op_costs(args, sync) -> None:
-    """What small tensor operations cost: in a tight loop, and right after the step's topk.
+    """What the selection's small operations cost: in a tight loop, and right after the topk.
 
-    The sequence is the kind of work the tensorized selection does per step (integer division
-    and remainder, a gather, an add, a concatenation, a small topk, a comparison, a masked fill
-    and the host copy) on tensors of its shapes.
+    The tensorized search's selection (`convseq.search.beam`), both ways: as torch operations
+    (`_select_device`, the default off the CPU) and as NumPy operations on the same memory
+    (`_select_host`, the default on the CPU), on tensors of a step's shapes.
     """
     beam, bsz, vocab = args.beam, args.batch, args.vocab
     gen = torch.Generator().manual_seed(args.seed)
     lprobs = torch.randn(bsz * beam, vocab, generator=gen).log_softmax(-1).to(args.device)
     cum = torch.randn(bsz * beam, generator=gen).to(args.device) - 5
+    eos_lprobs = lprobs[:, 2].clone()  # (rows,)
     total = torch.empty_like(lprobs)
-    offsets = torch.arange(bsz, device=args.device).unsqueeze(1) * beam
+    offsets = torch.arange(bsz, device=args.device).unsqueeze(1) * beam  # (bsz, 1)
 
     def step_topk():  # the big operation that precedes selection in every step
         torch.add(lprobs, cum.unsqueeze(1), out=total)
         return total.view(bsz, beam * vocab).topk(beam, dim=1)
 
-    def small_ops(scores, idx):  # (bsz, beam) each
-        (idx.div(vocab, rounding_mode="floor") + offsets).remainder(vocab)
-        lprobs.view(bsz, -1).gather(1, idx)
-        eos = lprobs[:, 2].view(bsz, beam) + cum.view(bsz, beam)
-        kth = torch.cat([scores, eos], dim=1).topk(beam, dim=1).values[:, -1:]
-        return eos.masked_fill(eos < kth, float("-inf")).cpu()
-
-    n_ops = 9
+    ways = {"torch": _select_device}
+    if args.device == "cpu":
+        ways["numpy"] = _select_host
+    print(
+        f"\n## Cost of the selection (CPU clock, median of {args.repeats * 40}): the next "
+        f"hypotheses and the finished scores of a ({bsz} x {beam}) step, vocab {vocab}"
+    )
     with torch.inference_mode():
-        scores, idx = step_topk()
-        for _ in range(20):
-            small_ops(scores, idx)
-        sync()
-        hot = []
-        for _ in range(args.repeats * 40):
-            start = time.process_time()
-            small_ops(scores, idx)
-            sync()
-            hot.append(time.process_time() - start)
-        cold, big = [], []
-        for _ in range(args.repeats * 40):
-            start = time.process_time()
+        for name, select in ways.items():
             scores, idx = step_topk()
+            for _ in range(20):
+                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
             sync()
-            mid = time.process_time()
-            small_ops(scores, idx)
-            sync()
-            big.append(mid - start)
-            cold.append(time.process_time() - mid)
-    print(
-        f"\n## Cost of small tensor operations (CPU clock, median of {len(hot)}): {n_ops} "
-        f"operations of the selection's kinds on ({bsz}, {beam}) tensors"
-    )
-    print(
-        f"in a tight loop: {1e6 * statistics.median(hot):.0f} us "
-        f"({1e6 * statistics.median(hot) / n_ops:.1f} us each); right after the step's add + "
-        f"topk over ({bsz}, {beam} x {vocab}) ({1e3 * statistics.median(big):.2f} ms): "
-        f"{1e6 * statistics.median(cold):.0f} us ({1e6 * statistics.median(cold) / n_ops:.1f} "
-        "us each)"
-    )
+            hot, cold, big = [], [], []
+            for _ in range(args.repeats * 40):
+                start = time.process_time()
+                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
+                sync()
+                hot.append(time.process_time() - start)
+            for _ in range(args.repeats * 40):
+                start = time.process_time()
+                scores, idx = step_topk()
+                sync()
+                mid = time.process_time()
+                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
+                sync()
+                big.append(mid - start)
+                cold.append(time.process_time() - mid)
+            print(
+                f"{name}: in a tight loop {1e6 * statistics.median(hot):.0f} us; right after the "
+                f"step's add + topk over ({bsz}, {beam} x {vocab}) "
+                f"({1e3 * statistics.median(big):.2f} ms): {1e6 * statistics.median(cold):.0f} us"
+            )
 
 
 def throughput_table(args, model, sync) -> None:
     common = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     cells = [(beam, batch) for beam in args.beams for batch in args.batches]
     sets = {
-        batch: make_batches(
-            args.throughput_sentences, batch, args.src_lens, args.vocab, args.seed, args.device
-        )
+        batch: make_batches(args.sources(args.throughput_sentences), batch, args.device)
         for batch in args.batches
     }
     for beam, batch in cells:  # warm-up
@@ -408,15 +408,25 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    cfg = OmegaConf.load(CONF / f"{args.arch}.yaml")
-    model = FConvModel.build(cfg, args.vocab, args.vocab).to(args.device).eval()
-    with torch.no_grad():
-        model.decoder.fc3.bias[EOS] += args.eos_bias
+    if args.ckpt:
+        model, translator = trained_model(args.ckpt, args.device)
+        args.vocab = len(translator.tgt_dict)
+        args.sources = lambda n: file_sources(args.src_file, translator, n)
+        what = (
+            f"{args.ckpt} ({sum(p.numel() for p in model.parameters()):,} parameters, target "
+            f"vocab {args.vocab}), the first lines of {args.src_file}"
+        )
+    else:
+        model = random_model(args.arch, args.vocab, args.eos_bias, args.device)
+        args.sources = lambda n: random_sources(n, args.src_lens, args.vocab, args.seed)
+        what = (
+            f"{args.arch} with random weights, vocab {args.vocab}, sources "
+            f"{args.src_lens[0]}-{args.src_lens[1]} tokens, EOS bias {args.eos_bias}"
+        )
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     print(
-        f"# {args.arch}, vocab {args.vocab}, sources {args.src_lens[0]}-{args.src_lens[1]} tokens, "
-        f"max_len_a {args.max_len_a}, max_len_b {args.max_len_b}, EOS bias {args.eos_bias}, "
+        f"# {what}, max_len_a {args.max_len_a}, max_len_b {args.max_len_b}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device} "
         f"({torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()})"
     )
