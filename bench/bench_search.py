@@ -21,15 +21,15 @@ with the objects that exist before the runs frozen out of the garbage collector'
    loop structure: tensorized selection off); and the tensorized search with one optimisation
    off at a time: batch shrinking, folded weight norm, attention once per sentence (BeamableMM),
    attention output, and leaving the decoder's cached encoder output in place on steps that do
-   not shrink the batch ("no cache skip": copied at every step), and on the CPU the selection
-   made of torch operations instead of NumPy ones ("torch selection"). For each: the whole-run
-   time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
+   not shrink the batch ("no cache skip": copied at every step), and on the CPU finished
+   histories gathered with torch's index_select instead of NumPy ("torch gather"). For each:
+   the whole-run time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
    the tensorized search replaces (the masking and the topk over beam x vocab, phase
    "candidates", are tensor operations in both searches, as in the Lua toolkit).
 2. The search phase per decoder step, reference vs tensorized, as beam x batch grows (the
    reference's Python work grows with the number of candidates, 2 x beam x batch per step).
-3. What the selection costs as torch operations and as NumPy operations: in a tight loop, and
-   right after the step's topk over beam x vocab (where it runs), to explain the fixed cost.
+3. What the selection's small tensor operations cost: in a tight loop, and right after the
+   step's topk over beam x vocab (where they run), to explain the fixed cost per step.
 4. Throughput of the tensorized search: sentences/s and output tokens/s at beam 1 and 5 and
    batch 1, 16, 64, 128.
 
@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from convseq.search import PHASES, beam_search, reference_beam_search
-from convseq.search.beam import _select_device, _select_host
+from convseq.search.beam import _select
 from search_baseline import CopyingCache, load_baseline  # bench/, beside this script
 from search_inputs import (  # bench/, beside this script
     file_sources,
@@ -190,7 +190,7 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "no cache skip": (beam_search, CopyingCache(model), {}),
     }
     if args.device == "cpu":  # elsewhere torch operations are the default already
-        arms["torch selection"] = (beam_search, model, {"host_selection": False})
+        arms["torch gather"] = (beam_search, model, {"host_gather": False})
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     batches = make_batches(args.sources(args.sentences), args.batch, args.device)
     names = list(arms)
@@ -258,7 +258,7 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "reference": (reference_beam_search, model, {}),
     }
     if args.device == "cpu":
-        arms["torch selection"] = (beam_search, model, {"host_selection": False})
+        arms["torch gather"] = (beam_search, model, {"host_gather": False})
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     sets = {batch: make_batches(args.sources(batch), batch, args.device) for _, batch in cells}
     results: dict[tuple[str, int, int], list[dict]] = {}
@@ -301,11 +301,11 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
             f"search + other {(ref['search'] + ref['other']) / (fast['search'] + fast['other']):.2f}x; "
             f"reference search {1000 * ref['search'] / (2 * beam * batch):.2f} us per candidate"
         )
-        if "torch selection" in per_step:
-            torch_ops = per_step["torch selection"]
+        if "torch gather" in per_step:
+            torch_ops = per_step["torch gather"]
             line += (
-                f"; with torch selection: {ref['search'] / torch_ops['search']:.1f}x "
-                f"(NumPy selection {torch_ops['search'] / fast['search']:.2f}x faster)"
+                f"; with torch gathers: {ref['search'] / torch_ops['search']:.1f}x "
+                f"(NumPy gathers {torch_ops['search'] / fast['search']:.2f}x faster)"
             )
         if baseline:
             old_fast = per_step[f"tensorized@{args.baseline}"]
@@ -320,9 +320,8 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
 def op_costs(args, sync) -> None:
     """What the selection's small operations cost: in a tight loop, and right after the topk.
 
-    The tensorized search's selection (`convseq.search.beam`), both ways: as torch operations
-    (`_select_device`, the default off the CPU) and as NumPy operations on the same memory
-    (`_select_host`, the default on the CPU), on tensors of a step's shapes.
+    The tensorized search's own selection (`convseq.search.beam._select`: nine small tensor
+    operations and the host copy) on tensors of a step's shapes.
     """
     beam, bsz, vocab = args.beam, args.batch, args.vocab
     gen = torch.Generator().manual_seed(args.seed)
@@ -336,9 +335,7 @@ def op_costs(args, sync) -> None:
         torch.add(lprobs, cum.unsqueeze(1), out=total)
         return total.view(bsz, beam * vocab).topk(beam, dim=1)
 
-    ways = {"torch": _select_device}
-    if args.device == "cpu":
-        ways["numpy"] = _select_host
+    ways = {"selection": _select}
     print(
         f"\n## Cost of the selection (CPU clock, median of {args.repeats * 40}): the next "
         f"hypotheses and the finished scores of a ({bsz} x {beam}) step, vocab {vocab}"

@@ -144,15 +144,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("host_selection", [True, False], ids=["numpy", "torch"])
+@pytest.mark.parametrize("host_gather", [True, False], ids=["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_tensorized_equals_reference(case, host_selection):
-    """Both ways of selecting (NumPy on the CPU's memory, torch operations) against the reference."""
+def test_tensorized_equals_reference(case, host_gather):
+    """Both ways of gathering finished histories (NumPy on the CPU, torch) against the reference."""
     model = sharp_model()
     src, lengths = batch(LENGTHS)
     args = {"max_len_b": 15, **case}
     fast, slow = Recorder(model), Recorder(model)
-    out = beam_search(fast, src, lengths, **args, host_selection=host_selection)
+    out = beam_search(fast, src, lengths, **args, host_gather=host_gather)
     ref = reference_beam_search(slow, src, lengths, **args)
 
     assert_margin(fast.steps + slow.steps, 2 * case["beam"] + 1)
@@ -380,7 +380,7 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos(host_gat
         dict(fold_weight_norm=False),
         dict(beamable_mm=False),
         dict(shrink=False, fold_weight_norm=False, beamable_mm=False),
-        dict(host_selection=False),
+        dict(host_gather=False),
     ],
 )
 def test_switching_optimisations_off_changes_no_output(switch):

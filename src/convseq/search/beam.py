@@ -51,7 +51,7 @@ def beam_search(
     fold_weight_norm: bool = True,
     beamable_mm: bool = True,
     need_attn: bool = True,
-    host_selection: bool | None = None,
+    host_gather: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch with beam search.
 
@@ -73,8 +73,8 @@ def beam_search(
         fold_weight_norm: fold weight norm into plain weights for the run.
         beamable_mm: compute single-step attention products once per sentence.
         need_attn: return the attention (False skips averaging it).
-        host_selection: choose the next hypotheses with NumPy on the tensors' own memory (the
-            default on the CPU) rather than with torch operations (the default elsewhere).
+        host_gather: gather finished hypotheses' histories with NumPy on the buffers' own
+            memory (the default on the CPU) rather than with torch's index_select (elsewhere).
 
     Returns:
         Per input sentence, in input order, its ``nbest`` best hypotheses, best first.
@@ -83,10 +83,10 @@ def beam_search(
     check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
     if src_tokens.size(0) == 0:
         return []
-    if host_selection is None:
-        host_selection = src_tokens.device.type == "cpu"
-    elif host_selection and src_tokens.device.type != "cpu":
-        raise ValueError("host_selection=True needs the search on the CPU")
+    if host_gather is None:
+        host_gather = src_tokens.device.type == "cpu"
+    elif host_gather and src_tokens.device.type != "cpu":
+        raise ValueError("host_gather=True needs the search on the CPU")
     context = search_model.generation_context(
         beam if beamable_mm else None, fold_weight_norm, need_attn
     )
@@ -104,7 +104,7 @@ def beam_search(
             normalize_scores,
             timer,
             shrink,
-            host_selection,
+            host_gather,
             nbest,
         )
     return finalized
@@ -123,7 +123,7 @@ def _search(
     normalize: bool,
     timer: SearchTimer | None,
     shrink: bool,
-    host_selection: bool,
+    host_gather: bool,
     nbest: int,
 ) -> list[list[Hypothesis]]:
     phase = phase_of(timer)
@@ -140,7 +140,7 @@ def _search(
         encoder_out = m.reorder_encoder_out(encoder_out, expand)
 
     state: dict = {}
-    history = History(bsz * K, n_steps, eos, device, host_gather=host_selection)
+    history = History(bsz * K, n_steps, eos, device, host_gather=host_gather)
     # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
     # -inf, which also covers vocabularies smaller than the beam)
     cum = torch.zeros(bsz, K, device=device)
@@ -194,8 +194,7 @@ def _search(
                 act_scores, act_idx = total.view(bsz, K * vocab).topk(K, dim=1)  # (bsz, K)
 
         with phase("selection"):
-            select = _select_host if host_selection else _select_device
-            parents, new_tokens, new_lprobs, host = select(
+            parents, new_tokens, new_lprobs, host = _select(
                 act_scores, act_idx, lprobs, eos_lprobs, cum, row_offsets[:bsz], vocab, K,
                 step >= min_len,  # before min_len no EOS can finish: nothing to read
             )  # fmt: skip
@@ -239,7 +238,7 @@ def _search(
         return _build(finalized, blocks, nbest, src_lens, width)
 
 
-def _select_device(
+def _select(
     act_scores: torch.Tensor,
     act_idx: torch.Tensor,
     lprobs: torch.Tensor,
@@ -250,7 +249,7 @@ def _select_device(
     K: int,
     can_finish: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray | None]:
-    """The next hypotheses and the finished scores, with torch operations where the search runs.
+    """The next hypotheses and the finished scores: nine small tensor operations, no sort.
 
     Args:
         act_scores, act_idx: (bsz, K) the K best continuations of each sentence, best first;
@@ -280,42 +279,6 @@ def _select_device(
     # -inf EOS candidates stay -inf: a finished hypothesis has a finite score
     host = eos_scores.masked_fill(eos_scores < kth, NEG_INF).cpu()  # (bsz, K)
     return parents, new_tokens, new_lprobs, host.numpy().reshape(-1)
-
-
-def _select_host(
-    act_scores: torch.Tensor,
-    act_idx: torch.Tensor,
-    lprobs: torch.Tensor,
-    eos_lprobs: torch.Tensor,
-    cum: torch.Tensor,
-    row_offsets: torch.Tensor,
-    vocab: int,
-    K: int,
-    can_finish: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray | None]:
-    """`_select_device`'s arithmetic, in NumPy on the CPU tensors' own memory.
-
-    Why: selection is a dozen operations on (bsz, K) arrays, run right after the step's topk
-    over the whole score table has pushed everything else out of the caches. There a torch
-    operation costs 20-25 us (dispatch, a new tensor, its bookkeeping) against a few us for a
-    NumPy one, so that on the CPU this fixed cost dominates the phase at any batch size. The
-    results are the same numbers (float32 sums in the same order, exact integer arithmetic).
-    """
-    idx = act_idx.numpy()  # (bsz, K) views, no copy
-    beams = idx // vocab  # (bsz, K) which beam of its sentence each continues
-    tokens = idx - beams * vocab  # (bsz, K)
-    parents = beams + row_offsets.numpy()  # (bsz, K) rows of this step
-    # (bsz, K): strided 2-d indexing reads K values per sentence, no copy of the table
-    new_lprobs = lprobs.numpy()[parents, tokens]
-    out = torch.from_numpy(parents), torch.from_numpy(tokens), torch.from_numpy(new_lprobs)
-    if not can_finish:
-        return (*out, None)
-    bsz = idx.shape[0]
-    eos_scores = (eos_lprobs.numpy() + cum.numpy()).reshape(bsz, K)  # (bsz, K) float32
-    both = np.concatenate([act_scores.numpy(), eos_scores], axis=1)  # (bsz, 2K)
-    kth = np.partition(both, K, axis=1)[:, K : K + 1]  # (bsz, 1) the K-th largest
-    host = np.where(eos_scores < kth, np.float32(NEG_INF), eos_scores)  # (bsz, K)
-    return (*out, host.reshape(-1))
 
 
 def _force_eos(lprobs: torch.Tensor, positions: list[int], eos: int) -> None:

@@ -81,8 +81,8 @@ class History:
         """
         cur = self._cur
         if self.host_gather:
-            # NumPy fancy indexing on the buffers' memory: a few us a gather where torch's
-            # index_select costs 20-25 us at this point of a step (see _select_host in beam.py)
+            # NumPy fancy indexing on the buffers' memory: measured ~1.3x faster finalisation
+            # than index_select at beam 5 x batch 64 to 256 (docs/search.md)
             tokens = self._tokens[cur].numpy()[rows, 1 : step + 2]  # (n, step+1) a copy
             lprobs = self._lprobs[cur].numpy()[rows, : step + 1]  # (n, step+1)
             attn = None if self._attn is None else self._attn[cur].numpy()[rows, : step + 1]
