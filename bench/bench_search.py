@@ -21,10 +21,9 @@ with the objects that exist before the runs frozen out of the garbage collector'
    loop structure: tensorized selection off); and the tensorized search with one optimisation
    off at a time: batch shrinking, folded weight norm, attention once per sentence (BeamableMM),
    attention output, and leaving the decoder's cached encoder output in place on steps that do
-   not shrink the batch ("no cache skip": copied at every step), and on the CPU finished
-   histories gathered with torch's index_select instead of NumPy ("torch gather"). For each:
-   the whole-run time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`); "search" is selection + finalisation, the part
-   the tensorized search replaces (the masking and the topk over beam x vocab, phase
+   not shrink the batch ("no cache skip": copied at every step). For each: the whole-run
+   time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`);
+   "search" is selection + finalisation, the part the tensorized search replaces (the masking and the topk over beam x vocab, phase
    "candidates", are tensor operations in both searches, as in the Lua toolkit).
 2. The search phase per decoder step, reference vs tensorized, as beam x batch grows (the
    reference's Python work grows with the number of candidates, 2 x beam x batch per step).
@@ -189,8 +188,6 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "no attn output": (beam_search, model, {"need_attn": False}),
         "no cache skip": (beam_search, CopyingCache(model), {}),
     }
-    if args.device == "cpu":  # elsewhere torch operations are the default already
-        arms["torch gather"] = (beam_search, model, {"host_gather": False})
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     batches = make_batches(args.sources(args.sentences), args.batch, args.device)
     names = list(arms)
@@ -257,8 +254,6 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "tensorized": (beam_search, model, {}),
         "reference": (reference_beam_search, model, {}),
     }
-    if args.device == "cpu":
-        arms["torch gather"] = (beam_search, model, {"host_gather": False})
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
     sets = {batch: make_batches(args.sources(batch), batch, args.device) for _, batch in cells}
     results: dict[tuple[str, int, int], list[dict]] = {}
@@ -301,12 +296,6 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
             f"search + other {(ref['search'] + ref['other']) / (fast['search'] + fast['other']):.2f}x; "
             f"reference search {1000 * ref['search'] / (2 * beam * batch):.2f} us per candidate"
         )
-        if "torch gather" in per_step:
-            torch_ops = per_step["torch gather"]
-            line += (
-                f"; with torch gathers: {ref['search'] / torch_ops['search']:.1f}x "
-                f"(NumPy gathers {torch_ops['search'] / fast['search']:.2f}x faster)"
-            )
         if baseline:
             old_fast = per_step[f"tensorized@{args.baseline}"]
             old_ref = per_step[f"reference@{args.baseline}"]

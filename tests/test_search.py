@@ -144,15 +144,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("host_gather", [True, False], ids=["numpy", "torch"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_tensorized_equals_reference(case, host_gather):
-    """Both ways of gathering finished histories (NumPy on the CPU, torch) against the reference."""
+def test_tensorized_equals_reference(case):
     model = sharp_model()
     src, lengths = batch(LENGTHS)
     args = {"max_len_b": 15, **case}
     fast, slow = Recorder(model), Recorder(model)
-    out = beam_search(fast, src, lengths, **args, host_gather=host_gather)
+    out = beam_search(fast, src, lengths, **args)
     ref = reference_beam_search(slow, src, lengths, **args)
 
     assert_margin(fast.steps + slow.steps, 2 * case["beam"] + 1)
@@ -341,9 +339,8 @@ def test_the_cached_encoder_output_is_copied_only_when_the_batch_shrinks(monkeyp
             assert torch.equal(a["attention"], b["attention"])
 
 
-@pytest.mark.parametrize("host_gather", [True, False], ids=["numpy", "torch"])
-def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos(host_gather):
-    history = History(6, 5, EOS, torch.device("cpu"), host_gather=host_gather)
+def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
+    history = History(6, 5, EOS, torch.device("cpu"))
     g = torch.Generator().manual_seed(0)
     # the histories kept the slow way: Python lists per row
     tokens: list[list[int]] = [[EOS] for _ in range(6)]
@@ -380,7 +377,6 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos(host_gat
         dict(fold_weight_norm=False),
         dict(beamable_mm=False),
         dict(shrink=False, fold_weight_norm=False, beamable_mm=False),
-        dict(host_gather=False),
     ],
 )
 def test_switching_optimisations_off_changes_no_output(switch):

@@ -51,7 +51,6 @@ def beam_search(
     fold_weight_norm: bool = True,
     beamable_mm: bool = True,
     need_attn: bool = True,
-    host_gather: bool | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate a batch with beam search.
 
@@ -73,8 +72,6 @@ def beam_search(
         fold_weight_norm: fold weight norm into plain weights for the run.
         beamable_mm: compute single-step attention products once per sentence.
         need_attn: return the attention (False skips averaging it).
-        host_gather: gather finished hypotheses' histories with NumPy on the buffers' own
-            memory (the default on the CPU) rather than with torch's index_select (elsewhere).
 
     Returns:
         Per input sentence, in input order, its ``nbest`` best hypotheses, best first.
@@ -83,10 +80,6 @@ def beam_search(
     check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
     if src_tokens.size(0) == 0:
         return []
-    if host_gather is None:
-        host_gather = src_tokens.device.type == "cpu"
-    elif host_gather and src_tokens.device.type != "cpu":
-        raise ValueError("host_gather=True needs the search on the CPU")
     context = search_model.generation_context(
         beam if beamable_mm else None, fold_weight_norm, need_attn
     )
@@ -104,7 +97,6 @@ def beam_search(
             normalize_scores,
             timer,
             shrink,
-            host_gather,
             nbest,
         )
     return finalized
@@ -123,7 +115,6 @@ def _search(
     normalize: bool,
     timer: SearchTimer | None,
     shrink: bool,
-    host_gather: bool,
     nbest: int,
 ) -> list[list[Hypothesis]]:
     phase = phase_of(timer)
@@ -140,7 +131,7 @@ def _search(
         encoder_out = m.reorder_encoder_out(encoder_out, expand)
 
     state: dict = {}
-    history = History(bsz * K, n_steps, eos, device, host_gather=host_gather)
+    history = History(bsz * K, n_steps, eos, device)
     # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
     # -inf, which also covers vocabularies smaller than the beam)
     cum = torch.zeros(bsz, K, device=device)

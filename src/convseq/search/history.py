@@ -22,16 +22,10 @@ class History:
         steps: decoding steps at most (the longest sentence's limit + 1).
         eos: the token every decoder input starts with.
         device: where the search runs.
-        host_gather: gather finished histories with NumPy (CPU only) instead of torch.
     """
 
-    def __init__(
-        self, rows: int, steps: int, eos: int, device: torch.device, host_gather: bool = False
-    ):
-        if host_gather and device.type != "cpu":
-            raise ValueError("host_gather needs the history on the CPU")
+    def __init__(self, rows: int, steps: int, eos: int, device: torch.device):
         self.device = device
-        self.host_gather = host_gather
         # decoder input: EOS, then one token per step. Filled with EOS: at `step` the current
         # buffer's column step + 1 has never been written (each step writes columns up to
         # step + 1 of the other buffer), so it already holds the final EOS of a hypothesis
@@ -80,16 +74,6 @@ class History:
             log-probs and (n, S, step + 1) their attention (a transposed view), or None.
         """
         cur = self._cur
-        if self.host_gather:
-            # NumPy fancy indexing on the buffers' memory: measured ~1.3x faster finalisation
-            # than index_select at beam 5 x batch 64 to 256 (docs/search.md)
-            tokens = self._tokens[cur].numpy()[rows, 1 : step + 2]  # (n, step+1) a copy
-            lprobs = self._lprobs[cur].numpy()[rows, : step + 1]  # (n, step+1)
-            attn = None if self._attn is None else self._attn[cur].numpy()[rows, : step + 1]
-            tokens, lprobs = torch.from_numpy(tokens), torch.from_numpy(lprobs)
-            if attn is None:
-                return tokens, lprobs, None
-            return tokens, lprobs, torch.from_numpy(attn).transpose(1, 2)  # (n, S, step+1)
         index = torch.from_numpy(rows).to(self.device)  # (n,)
         tokens = self._tokens[cur][:, 1 : step + 2].index_select(0, index)  # (n, step+1)
         lprobs = self._lprobs[cur][:, : step + 1].index_select(0, index)  # (n, step+1)
