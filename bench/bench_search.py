@@ -23,8 +23,9 @@ with the objects that exist before the runs frozen out of the garbage collector'
    attention output, and leaving the decoder's cached encoder output in place on steps that do
    not shrink the batch ("no cache skip": copied at every step). For each: the whole-run
    time, its ratio to the tensorized search, and the time per phase (`convseq.search.PHASES`);
-   "search" is selection + finalisation, the part the tensorized search replaces (the masking and the topk over beam x vocab, phase
-   "candidates", are tensor operations in both searches, as in the Lua toolkit).
+   "search" is selection + finalisation, the part the tensorized search replaces (the masking
+   and the topk over beam x vocab, phase "candidates", are tensor operations in both searches,
+   as in the Lua toolkit).
 2. The search phase per decoder step, reference vs tensorized, as beam x batch grows (the
    reference's Python work grows with the number of candidates, 2 x beam x batch per step).
 3. What the selection's small tensor operations cost: in a tight loop, and right after the
@@ -250,19 +251,16 @@ def scaling_table(args, model, sync, baseline: dict[str, Callable]) -> None:
     """The search phase per step, reference vs tensorized, as beam x batch grows."""
     common = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
     cells = [tuple(int(v) for v in c.split("x")) for c in args.scaling]
-    arms = {
-        "tensorized": (beam_search, model, {}),
-        "reference": (reference_beam_search, model, {}),
-    }
-    arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
+    arms = {"tensorized": (beam_search, model), "reference": (reference_beam_search, model)}
+    arms.update({name: (search, CopyingCache(model)) for name, search in baseline.items()})
     sets = {batch: make_batches(args.sources(batch), batch, args.device) for _, batch in cells}
     results: dict[tuple[str, int, int], list[dict]] = {}
     names = list(arms)
     for rep in range(args.repeats + 1):  # the first pass warms up
         for beam, batch in cells:
             for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                search, m, extra = arms[name]
-                r = run(search, m, sets[batch], sync, beam=beam, **common, **extra)
+                search, m = arms[name]
+                r = run(search, m, sets[batch], sync, beam=beam, **common)
                 r["steps"] = r["calls"]["decoder"]
                 if rep:
                     results.setdefault((name, beam, batch), []).append(r)
@@ -324,37 +322,35 @@ def op_costs(args, sync) -> None:
         torch.add(lprobs, cum.unsqueeze(1), out=total)
         return total.view(bsz, beam * vocab).topk(beam, dim=1)
 
-    ways = {"selection": _select}
     print(
         f"\n## Cost of the selection (CPU clock, median of {args.repeats * 40}): the next "
         f"hypotheses and the finished scores of a ({bsz} x {beam}) step, vocab {vocab}"
     )
     with torch.inference_mode():
-        for name, select in ways.items():
-            scores, idx = step_topk()
-            for _ in range(20):
-                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
+        scores, idx = step_topk()
+        for _ in range(20):
+            _select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
+        sync()
+        hot, cold, big = [], [], []
+        for _ in range(args.repeats * 40):
+            start = time.process_time()
+            _select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
             sync()
-            hot, cold, big = [], [], []
-            for _ in range(args.repeats * 40):
-                start = time.process_time()
-                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
-                sync()
-                hot.append(time.process_time() - start)
-            for _ in range(args.repeats * 40):
-                start = time.process_time()
-                scores, idx = step_topk()
-                sync()
-                mid = time.process_time()
-                select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
-                sync()
-                big.append(mid - start)
-                cold.append(time.process_time() - mid)
-            print(
-                f"{name}: in a tight loop {1e6 * statistics.median(hot):.0f} us; right after the "
-                f"step's add + topk over ({bsz}, {beam} x {vocab}) "
-                f"({1e3 * statistics.median(big):.2f} ms): {1e6 * statistics.median(cold):.0f} us"
-            )
+            hot.append(time.process_time() - start)
+        for _ in range(args.repeats * 40):
+            start = time.process_time()
+            scores, idx = step_topk()
+            sync()
+            mid = time.process_time()
+            _select(scores, idx, lprobs, eos_lprobs, cum, offsets, vocab, beam, True)
+            sync()
+            big.append(mid - start)
+            cold.append(time.process_time() - mid)
+    print(
+        f"selection: in a tight loop {1e6 * statistics.median(hot):.0f} us; right after the "
+        f"step's add + topk over ({bsz}, {beam} x {vocab}) "
+        f"({1e3 * statistics.median(big):.2f} ms): {1e6 * statistics.median(cold):.0f} us"
+    )
 
 
 def throughput_table(args, model, sync) -> None:
