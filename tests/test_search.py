@@ -12,7 +12,6 @@ import copy
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -354,7 +353,7 @@ def test_history_rows_follow_their_parents_and_finished_rows_end_in_eos():
         step_lprobs = torch.randn(rows, 10, generator=g)  # (rows, V)
         eos_lprobs = history.eos_lprobs(step_lprobs, EOS, step)
         assert torch.equal(eos_lprobs, step_lprobs[:, EOS])
-        done = np.array([rows - 1, 0, rows - 1])
+        done = torch.tensor([rows - 1, 0, rows - 1])
         got_tokens, got_lprobs, got_attn = history.finished(done, step)
         for i, r in enumerate(done.tolist()):
             assert got_tokens[i].tolist() == tokens[r][1:] + [EOS]

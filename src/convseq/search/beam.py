@@ -326,7 +326,7 @@ def _finalise(
             finished[sent] = True
             done.append(b)
     if picks:
-        blocks.append(history.finished(np.array(picks, dtype=np.int64), step))
+        blocks.append(history.finished(torch.tensor(picks, device=history.device), step))
     return done
 
 

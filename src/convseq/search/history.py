@@ -7,7 +7,6 @@ for the longest sentence), instead of being concatenated into a new tensor at ev
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 
@@ -61,12 +60,12 @@ class History:
         return column.copy_(lprobs[:, eos])
 
     def finished(
-        self, rows: np.ndarray, step: int
+        self, rows: torch.Tensor, step: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The history of hypotheses ending with EOS at ``step``, one gather per tensor.
 
         Args:
-            rows: (n,) int64, the finished hypotheses' rows in this step's numbering.
+            rows: (n,) the finished hypotheses' rows in this step's numbering.
             step: the current step (its EOS log-probs and attention already stored).
 
         Returns:
@@ -74,12 +73,11 @@ class History:
             log-probs and (n, S, step + 1) their attention (a transposed view), or None.
         """
         cur = self._cur
-        index = torch.from_numpy(rows).to(self.device)  # (n,)
-        tokens = self._tokens[cur][:, 1 : step + 2].index_select(0, index)  # (n, step+1)
-        lprobs = self._lprobs[cur][:, : step + 1].index_select(0, index)  # (n, step+1)
+        tokens = self._tokens[cur][:, 1 : step + 2].index_select(0, rows)  # (n, step+1)
+        lprobs = self._lprobs[cur][:, : step + 1].index_select(0, rows)  # (n, step+1)
         if self._attn is None:
             return tokens, lprobs, None
-        attn = self._attn[cur][:, : step + 1].index_select(0, index)  # (n, step+1, S)
+        attn = self._attn[cur][:, : step + 1].index_select(0, rows)  # (n, step+1, S)
         return tokens, lprobs, attn.transpose(1, 2)
 
     def advance(
