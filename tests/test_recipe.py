@@ -11,6 +11,7 @@ import math
 import pytest
 
 from convseq.cli import to_plain
+from convseq.optim.anneal import Annealer
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, TINY_MODEL, summary, tiny_config
 
@@ -51,6 +52,25 @@ def test_command_line_overrides_beat_the_recipe(tmp_path):
     assert cfg["model"]["dropout"] == 0.3
     assert cfg["anneal"]["name"] == "force"
     assert cfg["optim"]["lr"] == 0.25  # the rest of the recipe stays
+
+
+def test_the_tuning_protocol_is_the_recipe_shortened_and_blind_to_test(tmp_path):
+    recipe = to_plain(compose_config(["experiment=multi30k_fconv"], output_dir=str(tmp_path)))
+    tune = to_plain(compose_config(["experiment=multi30k_tune"], output_dir=str(tmp_path)))
+    for key in ("data", "model", "optim", "criterion", "batching", "bleu_every_n_epochs"):
+        assert tune[key] == recipe[key], key  # the recipe's settings, unchanged
+    assert tune["checkpoint"]["monitor"] == "valid/bleu"
+    assert tune["gen"]["test_bleu"] is False  # a tuning reading never translates test
+    assert tune["report"]["test"] is False
+    annealer = Annealer(tune["anneal"], lr=tune["optim"]["lr"])
+    lrs = [annealer.lr_at_epoch_start(e) for e in range(1, tune["trainer"]["max_epochs"] + 1)]
+    # six epochs at 0.25, then three annealed epochs: every reading ends at a small lr
+    assert lrs[:6] == [0.25] * 6
+    assert lrs[6:] == pytest.approx([0.025, 0.0025, 0.00025])
+    # a swept setting reaches the job (the command in the recipe's header)
+    swept = ["experiment=multi30k_tune", "model.dropout=0.3", "data.subword.joint=false"]
+    cfg = to_plain(compose_config(swept, output_dir=str(tmp_path)))
+    assert cfg["model"]["dropout"] == 0.3 and cfg["data"]["subword"]["joint"] is False
 
 
 def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
