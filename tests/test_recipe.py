@@ -60,7 +60,7 @@ def test_the_tuning_protocol_is_the_recipe_shortened_and_blind_to_test(tmp_path)
     for key in ("data", "model", "optim", "criterion", "batching", "bleu_every_n_epochs"):
         assert tune[key] == recipe[key], key  # the recipe's settings, unchanged
     assert tune["checkpoint"]["monitor"] == "valid/bleu"
-    assert tune["gen"]["test_bleu"] is False  # a tuning reading never translates test
+    assert tune["final_test"] is False and recipe["final_test"] is True  # tuning never reads test
     assert tune["report"]["test"] is False
     annealer = Annealer(tune["anneal"], lr=tune["optim"]["lr"])
     lrs = [annealer.lr_at_epoch_start(e) for e in range(1, tune["trainer"]["max_epochs"] + 1)]
@@ -110,6 +110,31 @@ def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
     assert s["best_checkpoint"].endswith("best.ckpt")
     assert math.isfinite(s["test"]["test/bleu"])
     assert "nrefs:1" in s["test"]["test/bleu_signature"]
+    assert (tmp_path / "generate-test.txt").is_file()
+
+
+def test_a_run_without_final_test_never_evaluates_on_test(tiny_data, tmp_path, monkeypatch):
+    """final_test=false (experiment=multi30k_tune): no test loss, no test translation."""
+    import convseq.train
+    from convseq.data.datamodule import TranslationDataModule
+
+    used = []
+    loader, scores = TranslationDataModule.test_dataloader, convseq.train.model_scores
+    monkeypatch.setattr(
+        TranslationDataModule, "test_dataloader", lambda self: used.append("loss") or loader(self)
+    )
+    monkeypatch.setattr(
+        convseq.train, "model_scores", lambda *a, **k: used.append(a[2]) or scores(*a, **k)
+    )
+    convseq.train.train(
+        tiny_config(tiny_data, tmp_path, "trainer.max_epochs=1", "final_test=false")
+    )
+    s = summary(tmp_path)
+    assert s["test"] == {} and s.get("test_hypotheses") is None
+    assert not (tmp_path / "generate-test.txt").exists()
+    assert "loss" not in used and "test" not in used
+    metrics = (tmp_path / "csv" / "metrics.csv").read_text()
+    assert "valid/loss" in metrics and "test/" not in metrics
 
 
 @pytest.mark.slow

@@ -192,6 +192,7 @@ class Config:
     compare: CompareConfig = field(default_factory=CompareConfig)
     bleu_every_n_epochs: int = 0  # task=train: validation BLEU every N epochs (0 = off)
     profile: bool = False  # task=train: print where each training epoch's time goes
+    final_test: bool = True  # task=train: test loss (and gen.test_bleu) of best.ckpt at the end
 
 
 def default_cache_dir() -> str:

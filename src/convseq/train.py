@@ -15,7 +15,8 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 - `generate-test.txt` (`gen.test_bleu`): the best checkpoint's test translations, detokenised, one
   per line, as `task=generate` writes them (what `task=compare` reads from a run folder);
 - `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
-  figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`) and
+  figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`; none
+  with `final_test=false`, which never reads the test split, for tuning runs) and
   the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
   `bleu_every_n_epochs`), and with `profile=true` the mean breakdown of a training epoch.
 """
@@ -327,14 +328,16 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     reason = _stop_reason(trainer, cbs, max_epochs)
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = int(trainer.global_step)
-    if not interrupted and not trainer.fast_dev_run:
+    final_test = bool(cfg.get("final_test", True))  # false: a tuning run never reads test
+    if final_test and not interrupted and not trainer.fast_dev_run:
         trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)
-    elif not interrupted:
+    elif final_test and not interrupted:
         trainer.test(module, datamodule=dm, verbose=False)
     gen = cfg.get("gen") or {}
     test_hypotheses: Path | None = None
     if (
-        not interrupted
+        final_test
+        and not interrupted
         and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
         and gen.get("test_bleu", True)
         and trainer.is_global_zero
