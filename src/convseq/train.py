@@ -16,7 +16,7 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
   per line, as `task=generate` writes them (what `task=compare` reads from a run folder);
 - `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
   figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`; none
-  with `final_test=false`, which never reads the test split, for tuning runs) and
+  with `final_test=false`, which never evaluates on test, for tuning runs) and
   the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
   `bleu_every_n_epochs`), and with `profile=true` the mean breakdown of a training epoch.
 """
@@ -328,7 +328,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     reason = _stop_reason(trainer, cbs, max_epochs)
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = int(trainer.global_step)
-    final_test = bool(cfg.get("final_test", True))  # false: a tuning run never reads test
+    final_test = bool(cfg.get("final_test", True))  # false: a tuning run never evaluates on test
     if final_test and not interrupted and not trainer.fast_dev_run:
         trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)
     elif final_test and not interrupted:
