@@ -328,16 +328,16 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     reason = _stop_reason(trainer, cbs, max_epochs)
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = int(trainer.global_step)
-    final_test = bool(cfg.get("final_test", True))  # false: a tuning run never evaluates on test
-    if final_test and not interrupted and not trainer.fast_dev_run:
-        trainer.test(module, datamodule=dm, ckpt_path=best_path or None, verbose=False)
-    elif final_test and not interrupted:
-        trainer.test(module, datamodule=dm, verbose=False)
+    # final_test=false: a tuning run never evaluates on test
+    evaluate = bool(cfg.get("final_test", True)) and not interrupted
+    if evaluate:
+        # a fast_dev_run tests the weights in memory, other runs best.ckpt's
+        ckpt_path = None if trainer.fast_dev_run else (best_path or None)
+        trainer.test(module, datamodule=dm, ckpt_path=ckpt_path, verbose=False)
     gen = cfg.get("gen") or {}
     test_hypotheses: Path | None = None
     if (
-        final_test
-        and not interrupted
+        evaluate
         and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
         and gen.get("test_bleu", True)
         and trainer.is_global_zero
