@@ -358,6 +358,7 @@ def test_validation_bleu_picks_best_ckpt_and_test_bleu_uses_the_best_weights(
     assert losses[2] < losses[1]  # by loss, epoch 3 would have been kept
     best = torch.load(out / "checkpoints" / "best.ckpt", weights_only=True)
     assert best["epoch"] == 1  # Lightning's 0-based epoch of the second epoch
+    assert (s["best_epoch"], s["best_value"]) == (2, 30.0)  # the summary names best.ckpt's epoch
 
     # test BLEU: the best checkpoint translating the test split, scored on the raw references
     monkeypatch.setattr(bleu_mod, "model_scores", real)

@@ -43,6 +43,7 @@ def test_the_recipe_holds_the_published_settings(tmp_path):
     assert cfg["gen"]["beam"] == 5
     assert cfg["bleu_every_n_epochs"] == 1
     assert cfg["checkpoint"]["monitor"] == "valid/bleu" and cfg["checkpoint"]["mode"] == "max"
+    assert cfg["optimized_metric"] == "valid/bleu"  # summary.json's best_epoch is best.ckpt's
 
 
 def test_command_line_overrides_beat_the_recipe(tmp_path):

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_curves"]
+__all__ = ["finite_points", "plot_curves"]
 
 
-def _finite(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[list[float], list[float]]:
+def finite_points(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """The (x, y) pairs with both present and y finite, as two lists (what a curve can draw)."""
     pairs = [
         (float(x), float(y))
         for x, y in zip(xs, ys)
@@ -47,9 +48,9 @@ def plot_curves(curves: Sequence[dict[str, Any]], path: str | os.PathLike, title
     any_lr = False
     for curve in curves:
         label = str(curve.get("label") or "")
-        x, y = _finite(curve["epoch"], curve["valid_loss"])
+        x, y = finite_points(curve["epoch"], curve["valid_loss"])
         ax_loss.plot(x, y, marker="o", markersize=3, label=label)
-        x, y = _finite(curve["epoch"], curve["lr"])
+        x, y = finite_points(curve["epoch"], curve["lr"])
         positive = [(a, b) for a, b in zip(x, y) if b > 0]
         any_lr = any_lr or bool(positive)
         ax_lr.plot([a for a, _ in positive], [b for _, b in positive], marker="o", markersize=3)

@@ -32,7 +32,16 @@ from typing import Any
 from convseq.errors import DataError
 from convseq.run_log import METRICS_FILE, SUMMARY_FILE, read_metrics
 
-__all__ = ["REPORT_FILES", "SweepJob", "find_jobs", "load_job", "sweep_rows", "write_report"]
+__all__ = [
+    "REPORT_FILES",
+    "SweepJob",
+    "as_float",
+    "find_jobs",
+    "history_from_metrics",
+    "load_job",
+    "sweep_rows",
+    "write_report",
+]
 
 REPORT_FILES = {
     "markdown": "sweep_report.md",
@@ -96,7 +105,7 @@ def _read_overrides(path: Path) -> list[str]:
     return [str(v) for v in value]
 
 
-def _history_from_metrics(path: Path) -> list[dict[str, Any]]:
+def history_from_metrics(path: Path) -> list[dict[str, Any]]:
     """Per-epoch records rebuilt from metrics.csv (for a job that left no summary.json)."""
     if not path.is_file():
         return []
@@ -125,7 +134,7 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     if summary is not None:
         history = [dict(h) for h in summary.get("history") or []]
     else:
-        history = _history_from_metrics(path / "csv" / METRICS_FILE)
+        history = history_from_metrics(path / "csv" / METRICS_FILE)
     return SweepJob(name=name, path=path, overrides=overrides, summary=summary, history=history)
 
 
@@ -142,7 +151,7 @@ def split_overrides(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]
     return common, [[o for o in j.overrides if o not in common] for j in jobs]
 
 
-def _num(value: Any) -> float:
+def as_float(value: Any) -> float:
     """A float from a JSON value (None and strings such as "inf" included); NaN if none."""
     try:
         return float(value)
@@ -151,7 +160,7 @@ def _num(value: Any) -> float:
 
 
 def _best(history: list[dict[str, Any]], key: str, maximize: bool) -> tuple[float, int | None]:
-    found = [(_num(h.get(key)), int(h["epoch"])) for h in history if "epoch" in h]
+    found = [(as_float(h.get(key)), int(h["epoch"])) for h in history if "epoch" in h]
     found = [f for f in found if math.isfinite(f[0])]
     if not found:
         return math.nan, None
@@ -175,16 +184,16 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
     best_bleu, bleu_epoch = _best(h, bleu_key, maximize=True) if bleu_key else (math.nan, None)
     if job.summary is not None:
         epochs = int(s.get("epochs") or 0)
-        wall = _num(s.get("train_seconds"))
-        per_epoch = _num(s.get("seconds_per_epoch"))
+        wall = as_float(s.get("train_seconds"))
+        per_epoch = as_float(s.get("seconds_per_epoch"))
         updates = int(s["updates"]) if isinstance(s.get("updates"), (int, float)) else math.nan
         reason = str(s.get("stop_reason") or "")
     else:  # from metrics.csv: what the job managed before it stopped
         epochs = len(h)
-        wall = sum(_num(e.get("train_epoch/time")) for e in h) if h else math.nan
+        wall = sum(as_float(e.get("train_epoch/time")) for e in h) if h else math.nan
         per_epoch = wall / epochs if epochs else math.nan
         updates, reason = math.nan, ""
-    lrs = [_num(e.get("train_epoch/lr")) for e in h]
+    lrs = [as_float(e.get("train_epoch/lr")) for e in h]
     row: dict[str, Any] = {
         "job": job.name,
         "overrides": " ".join(varying),
@@ -203,10 +212,10 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
     }
     if test:
         figures = s.get("test") or {}
-        row["test_loss"] = _num(figures.get("test/loss"))
-        row["test_ppl"] = _num(figures.get("test/ppl"))
+        row["test_loss"] = as_float(figures.get("test/loss"))
+        row["test_ppl"] = as_float(figures.get("test/ppl"))
         key = _bleu_key(figures, "test")
-        row["test_bleu"] = _num(figures.get(key)) if key else math.nan
+        row["test_bleu"] = as_float(figures.get(key)) if key else math.nan
     return row
 
 
@@ -214,7 +223,7 @@ def job_curve(job: SweepJob, label: str) -> dict[str, Any]:
     """The plotted numbers of one job: per epoch, the validation loss and the lr."""
 
     def value(e: dict[str, Any], key: str) -> float | None:
-        v = _num(e.get(key))
+        v = as_float(e.get(key))
         return v if math.isfinite(v) else None
 
     return {
@@ -251,7 +260,7 @@ def _hms(seconds: float) -> str:
 
 
 def _f(x: Any, digits: int = 4) -> str:
-    v = _num(x)
+    v = as_float(x)
     return "n/a" if not math.isfinite(v) else f"{v:.{digits}f}"
 
 
@@ -261,8 +270,8 @@ def _cell(text: Any) -> str:
 
 def _columns(rows: list[dict[str, Any]], test: bool) -> tuple[bool, bool]:
     """Whether the BLEU columns have anything to show."""
-    has_valid_bleu = any(math.isfinite(_num(r["best_valid_bleu"])) for r in rows)
-    has_test_bleu = test and any(math.isfinite(_num(r.get("test_bleu"))) for r in rows)
+    has_valid_bleu = any(math.isfinite(as_float(r["best_valid_bleu"])) for r in rows)
+    has_test_bleu = test and any(math.isfinite(as_float(r.get("test_bleu"))) for r in rows)
     return has_valid_bleu, has_test_bleu
 
 
@@ -298,7 +307,7 @@ def to_markdown(
         ]
         if valid_bleu:
             cells.append(f"{_f(r['best_valid_bleu'], 2)} ({r['best_bleu_epoch'] or 'n/a'})")
-        cells += [f"{_num(r['last_lr']):.3g}", r["status"]]
+        cells += [f"{as_float(r['last_lr']):.3g}", r["status"]]
         if test:
             cells.append(_f(r["test_loss"]))
             if test_bleu:

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from convseq.errors import DataError
-from convseq.plots import _finite
-from convseq.report import _history_from_metrics, _num
+from convseq.plots import finite_points
+from convseq.report import as_float, history_from_metrics
 from convseq.run_log import METRICS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def load_history(run_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], str]
         return [dict(h) for h in history if isinstance(h, dict)], SUMMARY_FILE
     metrics = root / "csv" / METRICS_FILE
     if metrics.is_file():
-        return _history_from_metrics(metrics), f"csv/{METRICS_FILE}"
+        return history_from_metrics(metrics), f"csv/{METRICS_FILE}"
     raise DataError(
         f"neither {SUMMARY_FILE} nor csv/{METRICS_FILE} here: pass a training run folder "
         "(paths.output_dir of task=train); for a sweep folder use task=report sweep_dir=...",
@@ -101,7 +101,7 @@ def load_history(run_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], str]
 
 
 def _value(record: dict[str, Any], key: str) -> float | None:
-    v = _num(record.get(key))
+    v = as_float(record.get(key))
     return v if math.isfinite(v) else None
 
 
@@ -144,12 +144,12 @@ def draw_runs(
     ax_bleu, ax_loss, ax_lr = fig.subplots(1, 3)
     any_lr = False
     for c in curves:
-        x, y = _finite(c.minutes, c.valid_bleu)
+        x, y = finite_points(c.minutes, c.valid_bleu)
         (line,) = ax_bleu.plot(x, y, marker="o", markersize=3, label=c.label)
         color = line.get_color()  # the same run has the same color in every panel
-        x, y = _finite(c.epoch, c.valid_loss)
+        x, y = finite_points(c.epoch, c.valid_loss)
         ax_loss.plot(x, y, marker="o", markersize=3, color=color)
-        x, y = _finite(c.epoch, c.lr)
+        x, y = finite_points(c.epoch, c.lr)
         positive = [(a, b) for a, b in zip(x, y) if b > 0]  # a log axis cannot show lr <= 0
         any_lr = any_lr or bool(positive)
         xs, ys = [a for a, _ in positive], [b for _, b in positive]
