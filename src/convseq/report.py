@@ -36,7 +36,9 @@ __all__ = [
     "REPORT_FILES",
     "SweepJob",
     "as_float",
+    "best_of",
     "find_jobs",
+    "finite_or_none",
     "history_from_metrics",
     "load_job",
     "sweep_rows",
@@ -159,7 +161,14 @@ def as_float(value: Any) -> float:
         return math.nan
 
 
-def _best(history: list[dict[str, Any]], key: str, maximize: bool) -> tuple[float, int | None]:
+def finite_or_none(record: dict[str, Any], key: str) -> float | None:
+    """`record[key]` as a float, or None where it is missing or not finite (a gap in a curve)."""
+    v = as_float(record.get(key))
+    return v if math.isfinite(v) else None
+
+
+def best_of(history: list[dict[str, Any]], key: str, maximize: bool) -> tuple[float, int | None]:
+    """The best finite value of `key` over the epochs and its (1-based) epoch; (NaN, None) if none."""
     found = [(as_float(h.get(key)), int(h["epoch"])) for h in history if "epoch" in h]
     found = [f for f in found if math.isfinite(f[0])]
     if not found:
@@ -179,9 +188,9 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
     """The report's row of one job (numbers as floats, NaN where unknown)."""
     s = job.summary or {}
     h = job.history
-    best_loss, best_epoch = _best(h, "valid/loss", maximize=False)
+    best_loss, best_epoch = best_of(h, "valid/loss", maximize=False)
     bleu_key = next((k for k in (_bleu_key(e, "valid") for e in h) if k), None)
-    best_bleu, bleu_epoch = _best(h, bleu_key, maximize=True) if bleu_key else (math.nan, None)
+    best_bleu, bleu_epoch = best_of(h, bleu_key, maximize=True) if bleu_key else (math.nan, None)
     if job.summary is not None:
         epochs = int(s.get("epochs") or 0)
         wall = as_float(s.get("train_seconds"))
@@ -221,17 +230,12 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
 
 def job_curve(job: SweepJob, label: str) -> dict[str, Any]:
     """The plotted numbers of one job: per epoch, the validation loss and the lr."""
-
-    def value(e: dict[str, Any], key: str) -> float | None:
-        v = as_float(e.get(key))
-        return v if math.isfinite(v) else None
-
     return {
         "job": job.name,
         "label": label,
         "epoch": [int(e["epoch"]) for e in job.history if "epoch" in e],
-        "valid_loss": [value(e, "valid/loss") for e in job.history if "epoch" in e],
-        "lr": [value(e, "train_epoch/lr") for e in job.history if "epoch" in e],
+        "valid_loss": [finite_or_none(e, "valid/loss") for e in job.history if "epoch" in e],
+        "lr": [finite_or_none(e, "train_epoch/lr") for e in job.history if "epoch" in e],
     }
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from convseq.errors import DataError
 from convseq.plots import finite_points
-from convseq.report import as_float, history_from_metrics
+from convseq.report import finite_or_none, history_from_metrics
 from convseq.run_log import METRICS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
@@ -100,11 +100,6 @@ def load_history(run_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], str]
     )
 
 
-def _value(record: dict[str, Any], key: str) -> float | None:
-    v = as_float(record.get(key))
-    return v if math.isfinite(v) else None
-
-
 def run_curves(run_dir: str | os.PathLike, label: str | None = None) -> RunCurves:
     """The plotted numbers of one run folder (see `load_history` for where they come from)."""
     history, source = load_history(run_dir)
@@ -112,7 +107,7 @@ def run_curves(run_dir: str | os.PathLike, label: str | None = None) -> RunCurve
     minutes: list[float | None] = []
     total: float | None = 0.0
     for h in history:
-        seconds = _value(h, "train_epoch/time")
+        seconds = finite_or_none(h, "train_epoch/time")
         # once an epoch's time is unknown, so is every later epoch's end
         total = None if total is None or seconds is None else total + seconds / 60.0
         minutes.append(total)
@@ -122,9 +117,9 @@ def run_curves(run_dir: str | os.PathLike, label: str | None = None) -> RunCurve
         source=source,
         epoch=[int(h["epoch"]) for h in history],
         minutes=minutes,
-        valid_bleu=[_value(h, "valid/bleu") for h in history],
-        valid_loss=[_value(h, "valid/loss") for h in history],
-        lr=[_value(h, "train_epoch/lr") for h in history],
+        valid_bleu=[finite_or_none(h, "valid/bleu") for h in history],
+        valid_loss=[finite_or_none(h, "valid/loss") for h in history],
+        lr=[finite_or_none(h, "train_epoch/lr") for h in history],
     )
 
 

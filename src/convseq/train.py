@@ -63,6 +63,7 @@ from convseq.errors import CheckpointError
 from convseq.loading import databin_text_processing
 from convseq.module import ConvSeqModule, plain
 from convseq.profile import EpochProfiler, LoggingTimer
+from convseq.report import best_of
 from convseq.run_log import (
     METRICS_FILE,
     SUMMARY_FILE,
@@ -229,16 +230,6 @@ def _stop_reason(trainer: pl.Trainer, cbs: Mapping[str, pl.Callback], max_epochs
     return "finished"
 
 
-def _best(history: list[dict[str, float]], metric: str, maximize: bool) -> tuple[float, int | None]:
-    """The best finite value of `metric` over the epochs, and its (1-based) epoch."""
-    found = [
-        (h[metric], int(h["epoch"])) for h in history if math.isfinite(h.get(metric, math.nan))
-    ]
-    if not found:
-        return math.nan, None
-    return (max if maximize else min)(found, key=lambda x: x[0])
-
-
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"
 
@@ -354,7 +345,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
     maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
-    best_value, best_epoch = _best(history, metric, maximize)
+    best_value, best_epoch = best_of(history, metric, maximize)
     summary = {
         "epochs": epochs,
         "updates": updates,
