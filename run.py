@@ -10,8 +10,8 @@ Examples:
 import hydra
 from omegaconf import DictConfig
 
-from convseq.cli import dispatch
-from convseq.schema import register_configs
+from convseq.tasks.dispatch import dispatch
+from convseq.tasks.schema import register_configs
 
 register_configs()
 

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.datamodule import TranslationDataModule
-from convseq.schema import default_cache_dir
+from convseq.tasks.schema import default_cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"

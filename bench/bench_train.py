@@ -50,8 +50,8 @@ def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli import to_plain
-    from convseq.schema import register_configs
+    from convseq.tasks.dispatch import to_plain
+    from convseq.tasks.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -76,7 +76,7 @@ def build(cfg: dict[str, Any]):
 
     from convseq.data.databin import DataBin
     from convseq.data.preprocess import prepare_databin
-    from convseq.train import build_datamodule, build_module
+    from convseq.training.build import build_datamodule, build_module
 
     seed = int(cfg["seed"])
     pl.seed_everything(seed, workers=True, verbose=False)
@@ -144,7 +144,7 @@ def run_lightning(cfg: dict[str, Any], warmup: int, updates: int) -> dict[str, f
     """convseq's own Trainer, module and callbacks, timed over the same window."""
     import pytorch_lightning as pl
 
-    from convseq.train import build_callbacks, build_trainer
+    from convseq.training.build import build_callbacks, build_trainer
 
     class Window(pl.Callback):
         def __init__(self) -> None:
@@ -262,7 +262,7 @@ def main() -> int:
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cache_dir is None:
-        from convseq.schema import default_cache_dir
+        from convseq.tasks.schema import default_cache_dir
 
         args.cache_dir = os.environ.get("CONVSEQ_CACHE") or default_cache_dir()
     if args.child:

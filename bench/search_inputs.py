@@ -44,7 +44,7 @@ def random_sources(n: int, lens: tuple[int, int], vocab: int, seed: int) -> list
 
 def trained_model(ckpt: str, device: str):
     """(model, translator) of a convseq or fairseq checkpoint; the translator encodes text."""
-    from convseq.translator import Translator
+    from convseq.inference.translator import Translator
 
     translator = Translator.from_checkpoints(ckpt).to(device)
     return translator.models[0].eval(), translator

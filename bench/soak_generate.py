@@ -119,11 +119,11 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli import to_plain
     from convseq.data.preprocess import prepare_databin
-    from convseq.data.toy import write_toy_corpus
-    from convseq.schema import register_configs
-    from convseq.train import train
+    from convseq.data.toy.corpus import write_toy_corpus
+    from convseq.tasks.dispatch import to_plain
+    from convseq.tasks.schema import register_configs
+    from convseq.tasks.train import train
 
     cache, out = tmp / "cache", tmp / "run"
     write_toy_corpus(cache / "corpus", seed=1, n_train=args.train_pairs, n_test=args.test_pairs)
@@ -243,8 +243,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from convseq.data.databin import DataBin
-    from convseq.generate import GenerationModule, load_translator, predict_trainer, split_loader
-    from convseq.translator import in_input_order
+    from convseq.inference.generation import (
+        GenerationModule,
+        load_translator,
+        predict_trainer,
+        split_loader,
+    )
+    from convseq.inference.records import in_input_order
 
     warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
     with tempfile.TemporaryDirectory(prefix="convseq-soakgen-") as tmp:

@@ -94,8 +94,8 @@ def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli import to_plain
-    from convseq.schema import register_configs
+    from convseq.tasks.dispatch import to_plain
+    from convseq.tasks.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -162,8 +162,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from convseq.data.toy import write_toy_corpus
-    from convseq.train import train
+    from convseq.data.toy.corpus import write_toy_corpus
+    from convseq.tasks.train import train
 
     with tempfile.TemporaryDirectory(prefix="convseq-soak-") as tmp:
         cache, out = Path(tmp) / "cache", Path(tmp) / "run"

@@ -105,9 +105,9 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli import to_plain
-    from convseq.schema import register_configs
-    from convseq.train import train
+    from convseq.tasks.dispatch import to_plain
+    from convseq.tasks.schema import register_configs
+    from convseq.tasks.train import train
 
     register_configs()
     GlobalHydra.instance().clear()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from convseq.train import train
+from convseq.tasks.train import train
 from tests.training_utils import tiny_config
 
 # An untrained-looking tiny model rarely emits EOS early: cap the outputs to keep searches short.

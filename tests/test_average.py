@@ -8,11 +8,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from convseq.average import AVERAGE_KEY, average_checkpoints, last_n_checkpoints
-from convseq.cli import dispatch
+from convseq.checkpoints.average import AVERAGE_KEY, average_checkpoints, last_n_checkpoints
 from convseq.errors import CheckpointError
-from convseq.module import ConvSeqModule
-from convseq.train import train
+from convseq.tasks.dispatch import dispatch
+from convseq.tasks.train import train
+from convseq.training.module import ConvSeqModule
 from tests.conftest import compose_config
 from tests.training_utils import TINY_MODEL, tiny_config, tiny_databin
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from convseq.cli import dispatch, to_plain
-from convseq.compare import hypothesis_file, paired_bootstrap, read_lines, run_compare
 from convseq.errors import DataError
+from convseq.evaluation.bootstrap import hypothesis_file, paired_bootstrap, read_lines
 from convseq.optim.anneal import Annealer
+from convseq.tasks.compare import run_compare
+from convseq.tasks.dispatch import dispatch, to_plain
 from tests.conftest import compose_config
 
 # ---------------------------------------------------------------------------- synthetic systems
@@ -274,7 +275,7 @@ def test_sentences_jobs_get_the_mean_batch_size_of_the_token_jobs(shared_data, c
     """Counts both jobs' training batches on the real corpus (builds its data-bin: about 10 s)."""
     from convseq.data.databin import DataBin
     from convseq.data.preprocess import prepare_databin
-    from convseq.train import build_datamodule, build_module
+    from convseq.training.build import build_datamodule, build_module
 
     sizes = {}
     for batching in ("tokens", "sentences"):

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from convseq.criterion import (
+from convseq.training.criterion import (
     CriterionConfigError,
     LabelSmoothedCrossEntropy,
     label_smoothed_cross_entropy,

@@ -25,8 +25,8 @@ import torch
 
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
-from convseq.module import ConvSeqModule
 from convseq.optim.build import build_optimizer
+from convseq.training.module import ConvSeqModule
 from tests.conftest import ROOT
 
 

@@ -12,19 +12,22 @@ import pytorch_lightning as pl
 import sacrebleu
 import torch
 
-import convseq.bleu as bleu_mod
-import convseq.translator as translator_mod
-from convseq.bleu import Scores, corpus_scores
-from convseq.cli import dispatch
+import convseq.inference.translator as translator_mod
+import convseq.training.valid_bleu as bleu_mod
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
-from convseq.ensemble import EnsembleModel
 from convseq.errors import DataError
-from convseq.generate import checkpoint_paths, run_generate
-from convseq.module import ConvSeqModule
+from convseq.evaluation.scores import Scores, corpus_scores
+from convseq.inference.ensemble import EnsembleModel
+from convseq.inference.generation import checkpoint_paths
+from convseq.inference.options import GenerationOOM, GenOptions
+from convseq.inference.records import in_input_order
+from convseq.inference.translator import Translator
 from convseq.search import beam_search
-from convseq.train import train
-from convseq.translator import GenerationOOM, GenOptions, Translator, in_input_order
+from convseq.tasks.dispatch import dispatch
+from convseq.tasks.generate import run_generate
+from convseq.tasks.train import train
+from convseq.training.module import ConvSeqModule
 from tests.fairseq_ckpt_factory import (
     fairseq_namespace,
     fconv_keys_and_shapes,

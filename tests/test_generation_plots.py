@@ -13,19 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-import convseq.profile_plot as profile_plot
-from convseq.attention_plot import (
-    AttentionMap,
-    attention_map,
-    draw_attention,
-    write_attention_plots,
-)
+import convseq.viz.time_breakdown as profile_plot
 from convseq.data.databin import DataBin
 from convseq.errors import ConvseqError
-from convseq.generate import run_generate
-from convseq.profile import GenerationProfiler
+from convseq.inference.options import GenerationError, GenOptions
+from convseq.inference.profiler import GenerationProfiler
+from convseq.inference.translator import Translator
 from convseq.search import beam_search
-from convseq.translator import GenerationError, GenOptions, Translator
+from convseq.tasks.generate import run_generate
+from convseq.viz.attention import AttentionMap, attention_map, draw_attention, write_attention_plots
 from tests.conftest import compose_config
 from tests.generation_utils import generate_config, tiny_checkpoint
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from convseq.cli import dispatch
-from convseq.interop import load_fairseq
+from convseq.checkpoints.fairseq import load_fairseq
+from convseq.tasks.dispatch import dispatch
 from tests.conftest import compose_config
 from tests.fairseq_ckpt_factory import (
     fairseq_namespace,
@@ -62,7 +62,7 @@ def _logits(model):
 
 
 def test_import_fairseq_task_writes_a_loadable_checkpoint(fairseq_checkpoint, tmp_path, cache_dir):
-    from convseq.module import ConvSeqModule
+    from convseq.training.module import ConvSeqModule
 
     out = tmp_path / "out" / "imported.ckpt"
     cfg = compose_config(
@@ -80,11 +80,11 @@ def test_import_fairseq_task_writes_a_loadable_checkpoint(fairseq_checkpoint, tm
 
 
 def test_import_fairseq_checkpoint_loads_in_a_fresh_process(fairseq_checkpoint, tmp_path):
-    from convseq.import_fairseq import import_fairseq
+    from convseq.tasks.import_fairseq import import_fairseq
 
     out = import_fairseq(fairseq_checkpoint, tmp_path / "imported.ckpt")
     code = (
-        "import torch; from convseq.module import ConvSeqModule\n"
+        "import torch; from convseq import ConvSeqModule\n"
         f"m = ConvSeqModule.load_from_checkpoint({str(out)!r}, map_location='cpu')\n"
         "print(len(m.src_dict), len(m.tgt_dict))"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from convseq.translator import Translator
+from convseq.inference.translator import Translator
 from tests.generation_utils import FAST_GEN, subprocess_env, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

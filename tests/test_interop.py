@@ -17,10 +17,11 @@ import pytest
 import torch
 import yaml
 
+from convseq.checkpoints.fairseq import load_fairseq, save_fairseq
+from convseq.checkpoints.fairseq_args import arch_defaults, fconv_config
+from convseq.checkpoints.safe_load import ALLOWED_GLOBALS, read_checkpoint
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
-from convseq.interop import ALLOWED_GLOBALS, load_fairseq, read_checkpoint, save_fairseq
-from convseq.interop.fairseq_args import arch_defaults, fconv_config
 from convseq.models import FConvModel, parse_attention, parse_layers
 from tests.fairseq_ckpt_factory import (
     fairseq_container,

@@ -13,11 +13,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from convseq.checkpoint import load_checkpoint
+from convseq.checkpoints.io import load_checkpoint
 from convseq.data.dataset import LanguagePairDataset
 from convseq.errors import CheckpointError
-from convseq.module import ConvSeqModule
-from convseq.train import train
+from convseq.tasks.train import train
+from convseq.training.module import ConvSeqModule
 from tests.conftest import ROOT
 from tests.training_utils import tiny_config, tiny_databin
 
@@ -170,7 +170,7 @@ def trained_run(tiny_data, tmp_path_factory):
 
 LOAD_SCRIPT = """
 import json, sys, torch
-from convseq.module import ConvSeqModule
+from convseq.training.module import ConvSeqModule
 m = ConvSeqModule.load_from_checkpoint(sys.argv[1], map_location="cpu", weights_only=True)
 m.eval()
 src = torch.tensor([[4, 5, 6, 7, 2]])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from convseq.module import ConvSeqModule
+from convseq.training.module import ConvSeqModule
 from tests.generation_utils import tiny_checkpoint
 
 nbformat = pytest.importorskip("nbformat")

@@ -491,9 +491,9 @@ def test_generator_runs_before_reading(tmp_path, monkeypatch):
         write_corpus(Path(out_dir))
         return {}
 
-    fake = types.ModuleType("convseq.data.toy")
+    fake = types.ModuleType("convseq.data.toy.corpus")
     fake.write_toy_corpus = fake_write_toy_corpus
-    monkeypatch.setitem(sys.modules, "convseq.data.toy", fake)
+    monkeypatch.setitem(sys.modules, "convseq.data.toy.corpus", fake)
     corpus = tmp_path / "generated"
     cfg = make_cfg(corpus, generator="toy", generator_seed=5)
     path = pp.prepare_databin(cfg, str(tmp_path / "cache"), progress=False)

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from convseq.cli import to_plain
 from convseq.optim.anneal import Annealer
+from convseq.tasks.dispatch import to_plain
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, TINY_MODEL, summary, tiny_config
 
@@ -80,7 +80,7 @@ def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
     the Multi30k run reports is there."""
     import torch
 
-    from convseq.train import train
+    from convseq.tasks.train import train
 
     cfg = tiny_config(
         tiny_data,
@@ -116,18 +116,18 @@ def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
 
 def test_a_run_without_final_test_never_evaluates_on_test(tiny_data, tmp_path, monkeypatch):
     """final_test=false (experiment=multi30k_tune): no test loss, no test translation."""
-    import convseq.train
+    import convseq.tasks.train
     from convseq.data.datamodule import TranslationDataModule
 
     used = []
-    loader, scores = TranslationDataModule.test_dataloader, convseq.train.model_scores
+    loader, scores = TranslationDataModule.test_dataloader, convseq.tasks.train.model_scores
     monkeypatch.setattr(
         TranslationDataModule, "test_dataloader", lambda self: used.append("loss") or loader(self)
     )
     monkeypatch.setattr(
-        convseq.train, "model_scores", lambda *a, **k: used.append(a[2]) or scores(*a, **k)
+        convseq.tasks.train, "model_scores", lambda *a, **k: used.append(a[2]) or scores(*a, **k)
     )
-    convseq.train.train(
+    convseq.tasks.train.train(
         tiny_config(tiny_data, tmp_path, "trainer.max_epochs=1", "final_test=false")
     )
     s = summary(tmp_path)
@@ -141,7 +141,7 @@ def test_a_run_without_final_test_never_evaluates_on_test(tiny_data, tmp_path, m
 @pytest.mark.slow
 def test_the_multi30k_recipe_learns(shared_data, tmp_path, monkeypatch):
     """Two epochs (268 updates) of the real recipe; the valid loss reaches the published curve."""
-    from convseq.train import train
+    from convseq.tasks.train import train
 
     monkeypatch.setenv("CONVSEQ_DATA_ROOT", str(shared_data))
     cfg = to_plain(

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from convseq.checkpoint import AtomicCheckpointIO, load_checkpoint
+from convseq.checkpoints.io import AtomicCheckpointIO, load_checkpoint
 from convseq.errors import CheckpointError
-from convseq.loading import load_any
-from convseq.module import ConvSeqModule
-from convseq.train import train
+from convseq.inference.loading import load_any
+from convseq.tasks.train import train
+from convseq.training.module import ConvSeqModule
 from tests.training_utils import summary, tiny_config, train_one_tiny_epoch
 
 

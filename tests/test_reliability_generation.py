@@ -17,15 +17,16 @@ import shutil
 import pytest
 import torch
 
-from convseq.cli import dispatch
 from convseq.data.databin import DataBin
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import train_sentencepiece
-from convseq.interactive import run_interactive
-from convseq.loading import text_processing
-from convseq.module import ConvSeqModule
+from convseq.inference.loading import text_processing
+from convseq.inference.options import GenerationError
+from convseq.inference.translator import Translator
 from convseq.search import beam_search, greedy, reference_beam_search
-from convseq.translator import GenerationError, Translator
+from convseq.tasks.dispatch import dispatch
+from convseq.tasks.interactive import run_interactive
+from convseq.training.module import ConvSeqModule
 from tests.generation_utils import FAST_GEN, generate_config, tiny_checkpoint
 from tests.training_utils import tiny_config
 

@@ -23,10 +23,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import convseq.checkpoint as checkpoint_mod
-from convseq.checkpoint import load_checkpoint
+import convseq.checkpoints.io as checkpoint_mod
+from convseq.checkpoints.io import load_checkpoint
 from convseq.errors import CheckpointWriteError, ConvseqError, NonFiniteError
-from convseq.train import train
+from convseq.tasks.train import train
 from tests.conftest import ROOT
 from tests.training_utils import summary, tiny_config
 
@@ -126,8 +126,8 @@ import json, os, sys, time
 from pathlib import Path
 import torch
 torch.set_num_threads(1)
-import convseq.checkpoint as ck
-from convseq.train import train
+import convseq.checkpoints.io as ck
+from convseq.tasks.train import train
 from tests.training_utils import tiny_config
 
 tiny = {k: Path(v) for k, v in json.loads(sys.argv[1]).items()}

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from convseq.cli import dispatch
 from convseq.errors import DataError
-from convseq.plots import plot_curves
-from convseq.report import REPORT_FILES, find_jobs, split_overrides, write_report
+from convseq.evaluation.report import REPORT_FILES, find_jobs, split_overrides, write_report
+from convseq.tasks.dispatch import dispatch
+from convseq.viz.curves import plot_curves
 from tests.conftest import compose_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -102,7 +102,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 def test_jobs_come_in_natural_order_with_their_distinguishing_overrides(sweep):
     assert [p.name for p in find_jobs(sweep)] == ["0", "1", "2", "10"]
-    from convseq.report import load_job
+    from convseq.evaluation.report import load_job
 
     jobs = [load_job(p, sweep) for p in find_jobs(sweep)]
     common, varying = split_overrides(jobs)

@@ -17,8 +17,9 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from convseq.run_log import read_metrics, truncate_metrics
-from convseq.train import train
+from convseq.evaluation.history import read_metrics
+from convseq.tasks.train import train
+from convseq.training.run_log import truncate_metrics
 from tests.training_utils import last_checkpoint, summary, tiny_config
 
 BOUNDARY = {

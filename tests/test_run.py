@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from convseq.cli import dispatch
+from convseq.tasks.dispatch import dispatch
 from tests.conftest import ROOT, compose_config
 
 

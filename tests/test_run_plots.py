@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from convseq.errors import DataError
-from convseq.run_plots import draw_runs, load_history, main, plot_runs, run_curves
+from convseq.evaluation.run_curves import load_history, main, run_curves
+from convseq.viz.runs import draw_runs, plot_runs
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 
 from convseq.errors import DataError
-from convseq.tokbleu import MosesPipeline, main, pipeline_matches, score_files, tok_bleu
+from convseq.evaluation.tokbleu import MosesPipeline, main, pipeline_matches, score_files, tok_bleu
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MULTI30K = DATA / "multi30k"

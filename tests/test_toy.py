@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from convseq.data.toy import (
+from convseq.data.toy.corpus import (
     baseline_dictionary,
     build_lexicon,
     generate_pairs,
@@ -22,7 +22,7 @@ from convseq.data.toy import (
     toy_splits,
     write_toy_corpus,
 )
-from convseq.data.toy_grammar import source_words
+from convseq.data.toy.lexicon import source_words
 from convseq.errors import DataError
 
 FILES = [f"{s}.{l}" for s in ("train", "valid", "test") for l in ("src", "tgt")]
@@ -95,7 +95,7 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
 
 def test_bytes_do_not_depend_on_hash_seed(tmp_path):
     code = (
-        "import sys, hashlib; from convseq.data.toy import toy_splits;"
+        "import sys, hashlib; from convseq.data.toy.corpus import toy_splits;"
         "s = toy_splits(3, 200, 20, 20);"
         "print(hashlib.sha256(repr(s).encode()).hexdigest())"
     )

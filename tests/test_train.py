@@ -11,13 +11,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import convseq.checkpoint as checkpoint_mod
-from convseq.callbacks import AnnealingCallback
-from convseq.cli import dispatch
+import convseq.checkpoints.io as checkpoint_mod
 from convseq.errors import CheckpointError
+from convseq.evaluation.history import read_metrics
 from convseq.optim.nag import NAG
-from convseq.run_log import read_metrics
-from convseq.train import train
+from convseq.tasks.dispatch import dispatch
+from convseq.tasks.train import train
+from convseq.training.callbacks import AnnealingCallback
 from tests.conftest import ROOT, compose_config
 from tests.training_utils import QUIET, TINY_MODEL, last_checkpoint, summary, tiny_config
 

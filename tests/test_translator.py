@@ -11,10 +11,11 @@ import torch
 
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import train_sentencepiece
-from convseq.loading import TEXT_KEY, segmenters, text_processing
-from convseq.module import ConvSeqModule
+from convseq.inference.loading import TEXT_KEY, segmenters, text_processing
+from convseq.inference.options import GenOptions
+from convseq.inference.translator import Translator
 from convseq.search import beam_search
-from convseq.translator import GenOptions, Translator
+from convseq.training.module import ConvSeqModule
 from tests.generation_utils import tiny_checkpoint
 
 
@@ -105,7 +106,7 @@ def test_overlong_input_is_truncated_with_a_warning(tiny_ckpt, caplog):
     line = " ".join(["w"] * 1500)
     ids, truncated = translator.encode(line)
     assert truncated and len(ids) == 1022 and ids[-1] == translator.src_dict.eos()
-    with caplog.at_level(logging.WARNING, logger="convseq.translator"):
+    with caplog.at_level(logging.WARNING, logger="convseq.inference.translator"):
         out = translator.translate([line, "w w"], max_len_b=3)
     assert len(out) == 2
     assert "sentence 0: longer than the model's 1022 source positions; truncated" in caplog.text

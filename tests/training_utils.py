@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from convseq.cli import to_plain
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
-from convseq.data.toy import write_toy_corpus
+from convseq.data.toy.corpus import write_toy_corpus
+from convseq.tasks.dispatch import to_plain
 
 # A model small enough for a whole epoch to take a fraction of a second on one core.
 TINY_MODEL = [
@@ -65,7 +65,7 @@ def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) 
 
 def train_one_tiny_epoch(tiny: dict[str, Path], output_dir: Path) -> Path:
     """One epoch of the tiny model on one thread: a run folder with best.ckpt and last.ckpt."""
-    from convseq.train import train  # imported late: training pulls in Lightning
+    from convseq.tasks.train import train  # imported late: training pulls in Lightning
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

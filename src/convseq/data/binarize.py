@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-import convseq
+from convseq import __version__
 from convseq.data.config import DataConfig
 from convseq.data.databin import FORMAT_VERSION, META_FILE, SPLITS, TEXT_SPLITS, split_prefix
 from convseq.data.dictionary import Dictionary
@@ -150,7 +150,7 @@ def build_databin(
         "src_lang": src,
         "tgt_lang": tgt,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "convseq_version": convseq.__version__,
+        "convseq_version": __version__,
         "subword": {
             **asdict(cfg.subword),
             "models": models,

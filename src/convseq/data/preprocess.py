@@ -171,7 +171,8 @@ def _locate(data_cfg, cache_dir: str):
     """The validated config, input paths, their checksums, the key and the data-bin folder."""
     cfg = as_data_config(data_cfg)
     if cfg.generator == "toy":
-        from convseq.data.toy import write_toy_corpus  # imported lazily: optional at import time
+        # imported lazily: the toy grammar is only needed when the corpus is generated
+        from convseq.data.toy.corpus import write_toy_corpus
 
         write_toy_corpus(Path(cfg.dir).expanduser().absolute(), seed=cfg.generator_seed)
     paths = input_paths(cfg)

@@ -1,0 +1,264 @@
+"""Load a fairseq fconv checkpoint as a convseq model, and write a convseq model as one."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from convseq.checkpoints.fairseq_args import fairseq_args, fairseq_cfg, fconv_config, language_pair
+from convseq.checkpoints.safe_load import read_checkpoint, to_plain
+from convseq.checkpoints.state_dict import (
+    check_vocabularies,
+    describe_load_error,
+    upgrade_state_dict,
+)
+from convseq.data.dictionary import Dictionary
+from convseq.errors import CheckpointError, DataError
+from convseq.models.config import as_fconv_config
+from convseq.models.fconv import FConvModel
+
+_LANG = re.compile(r"^[\w.\-]+$")  # fairseq puts the code in file names: dict.<lang>.txt
+
+
+def _dict_path(folder: Path, lang: str) -> Path:
+    return folder / f"dict.{lang}.txt"
+
+
+def _guess_languages(
+    folder: Path, model_sd: Mapping[str, torch.Tensor], checkpoint: Path
+) -> tuple[str, str]:
+    """Pick (source, target) among the folder's dict.*.txt files by their sizes.
+
+    Used only when the checkpoint does not name its language pair.
+    """
+    found = sorted(folder.glob("dict.*.txt"))
+    langs = [p.name[len("dict.") : -len(".txt")] for p in found]
+    src_rows = int(model_sd["encoder.embed_tokens.weight"].shape[0])
+    tgt_rows = int(model_sd["decoder.embed_tokens.weight"].shape[0])
+    sizes = {}
+    for lang, path in zip(langs, found):
+        try:
+            sizes[lang] = len(Dictionary.load(path))
+        except DataError:
+            continue
+    pairs = [
+        (s, t)
+        for s in sizes
+        for t in sizes
+        if s != t and sizes[s] == src_rows and sizes[t] == tgt_rows
+    ]
+    if len(pairs) == 1:
+        return pairs[0]
+    raise CheckpointError(
+        f"{checkpoint}: the checkpoint does not name its language pair, and the dictionaries "
+        f"in {folder} ({', '.join(p.name for p in found) or 'none'}) do not identify it "
+        f"(need one of {src_rows} and one of {tgt_rows} symbols); pass source_lang= and "
+        "target_lang="
+    )
+
+
+def load_fairseq(
+    checkpoint_path: str | os.PathLike,
+    dict_dir: str | os.PathLike | None = None,
+    *,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+) -> tuple[FConvModel, Dictionary, Dictionary]:
+    """Build a convseq FConvModel from a fairseq fconv checkpoint.
+
+    The checkpoint is read with ``torch.load(weights_only=True)`` and an allowlist of exactly
+    the globals fairseq writes (see `convseq.interop.safe_load`); nothing in it is executed.
+    Both the ``args`` (Namespace) and the ``cfg`` (OmegaConf or plain) forms are read, as are
+    files from before 2018 whose decoder convolutions use the old per-tap weight norm.
+
+    Args:
+        checkpoint_path: fairseq's ``checkpoint_best.pt`` / ``model.pt``.
+        dict_dir: the folder holding ``dict.<src>.txt`` and ``dict.<tgt>.txt``; default: the
+            checkpoint's folder (where fairseq's released models keep them).
+        source_lang, target_lang: override the language pair the checkpoint names.
+
+    Returns:
+        (model in eval mode, source dictionary, target dictionary).
+
+    Raises:
+        CheckpointError: the file is unreadable, refused, not an fconv translation model,
+            its dictionaries are missing or do not fit its embeddings.
+    """
+    path = Path(checkpoint_path)
+    state = read_checkpoint(path)
+    model_sd = state.get("model")
+    if not isinstance(model_sd, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in model_sd.values()
+    ):
+        raise CheckpointError(
+            f"{path}: no 'model' state dict of tensors (top-level keys: {sorted(state)})"
+        )
+    # args and cfg made plain (OmegaConf records -> dicts); other entries as they are
+    plain = {k: to_plain(v) if k in ("args", "cfg") else v for k, v in state.items()}
+    try:
+        cfg = fconv_config(plain)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    for key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        if key not in model_sd:
+            raise CheckpointError(f"{path}: the model state has no {key}")
+    # the positional tables' shapes are the truth (fairseq sizes them from max_*_positions)
+    for side, key in (("source", "encoder"), ("target", "decoder")):
+        table = model_sd.get(f"{key}.embed_positions.weight")
+        if table is not None:
+            setattr(cfg, f"max_{side}_positions", int(table.shape[0]))
+
+    folder = Path(dict_dir) if dict_dir is not None else path.parent
+    src, tgt = language_pair(plain)
+    src, tgt = source_lang or src, target_lang or tgt
+    if src is None or tgt is None:
+        src, tgt = _guess_languages(folder, model_sd, path)
+    dicts = []
+    for role, lang in (("source", src), ("target", tgt)):
+        if not isinstance(lang, str) or not _LANG.match(lang):
+            raise CheckpointError(
+                f"{path}: {role} language {lang!r} is not a language code (letters, digits, "
+                "'_', '-', '.'); pass source_lang= and target_lang="
+            )
+        dict_path = _dict_path(folder, lang)
+        if not dict_path.is_file():
+            present = sorted(p.name for p in folder.glob("dict.*.txt")) if folder.is_dir() else []
+            raise CheckpointError(
+                f"{path}: {role} dictionary not found: looked for {dict_path} (language pair "
+                f"{src}->{tgt}); found {present or 'no dict.*.txt files'} there. Pass "
+                "dict_dir= the folder with the model's dict files, or source_lang=/target_lang="
+            )
+        try:
+            dicts.append(Dictionary.load(dict_path))
+        except DataError as e:
+            raise CheckpointError(f"{path}: cannot read the {role} dictionary: {e}") from None
+    src_dict, tgt_dict = dicts
+    check_vocabularies(
+        model_sd,
+        len(src_dict),
+        len(tgt_dict),
+        _dict_path(folder, src),
+        _dict_path(folder, tgt),
+        path,
+    )
+
+    model_sd = upgrade_state_dict(model_sd, path)
+    model = FConvModel.build(cfg, len(src_dict), len(tgt_dict), padding_idx=src_dict.pad())
+    own = model.state_dict()
+    mismatched = [
+        f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in model_sd.items()
+        if k in own and tuple(v.shape) != tuple(own[k].shape)
+    ]
+    missing = [k for k in own if k not in model_sd]
+    unexpected = [k for k in model_sd if k not in own]
+    if missing or unexpected or mismatched:
+        raise CheckpointError(
+            f"{path}: " + describe_load_error(missing, unexpected, mismatched, cfg.arch)
+        )
+    model.load_state_dict(model_sd, strict=True)
+    model.eval()
+    return model, src_dict, tgt_dict
+
+
+def _cpu_copy(state_dict: Mapping[str, torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
+    """Detached CPU copies; tensors that share storage (tied embeddings) stay shared."""
+    copies: dict[tuple, torch.Tensor] = {}
+    out: OrderedDict[str, torch.Tensor] = OrderedDict()
+    for key, tensor in state_dict.items():
+        ident = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if ident not in copies:
+            copies[ident] = tensor.detach().to("cpu", copy=True).contiguous()
+        out[key] = copies[ident]
+    return out
+
+
+def save_fairseq(
+    model: FConvModel,
+    path: str | os.PathLike,
+    src_dict: Dictionary,
+    tgt_dict: Dictionary,
+    src_lang: str = "src",
+    tgt_lang: str = "tgt",
+    args_style: str = "args",
+) -> Path:
+    """Write a convseq fconv model as a fairseq checkpoint, with its dict.txt files beside it.
+
+    The file holds what fairseq's ``load_checkpoint_to_cpu`` / ``load_model_ensemble`` read:
+    the model arguments, ``model``, a one-entry ``optimizer_history`` and an ``extra_state``
+    with a training-iterator position; no optimizer state (as with --no-save-optimizer-state).
+
+    Args:
+        model: the model; its ``cfg`` supplies the arguments.
+        path: the checkpoint file to write (atomically); dict.<lang>.txt go beside it.
+        src_dict, tgt_dict: the model's dictionaries.
+        src_lang, tgt_lang: language codes, used in the dict file names.
+        args_style: "args" writes a flat ``args`` Namespace, read by every fairseq release
+            (0.x before 0.10 need it; later ones rebuild a complete cfg from it); "cfg" writes
+            the plain ``cfg`` container fairseq >= 0.10.2 writes itself.
+
+    Returns:
+        The checkpoint's path.
+    """
+    if args_style not in ("args", "cfg"):
+        raise ValueError(f"args_style must be 'args' or 'cfg', got {args_style!r}")
+    for lang in (src_lang, tgt_lang):
+        if not _LANG.match(lang):
+            raise ValueError(f"language code {lang!r}: use letters, digits, '_', '-' or '.'")
+    if src_lang == tgt_lang and src_dict != tgt_dict:
+        raise ValueError(
+            f"src_lang and tgt_lang are both {src_lang!r} but the dictionaries differ; "
+            "they would be written to the same dict file"
+        )
+    if getattr(model, "cfg", None) is None:
+        raise ValueError("the model has no cfg (FConvConfig); build it with FConvModel.build")
+    cfg = as_fconv_config(model.cfg)
+    path = Path(path)
+    if src_dict.pad() != tgt_dict.pad():
+        raise ValueError("the two dictionaries must share the pad index, as fairseq requires")
+    model_sd = _cpu_copy(model.state_dict())
+    check_vocabularies(
+        model_sd,
+        len(src_dict),
+        len(tgt_dict),
+        Path(f"<source dictionary {src_lang}>"),
+        Path(f"<target dictionary {tgt_lang}>"),
+        path,
+    )
+    data = str(path.resolve().parent)  # fairseq's task reads the dictionaries from here
+    state: dict[str, Any] = {}
+    if args_style == "args":
+        state["args"] = fairseq_args(cfg, src_lang, tgt_lang, data)
+    else:
+        state["args"] = None
+        state["cfg"] = fairseq_cfg(cfg, src_lang, tgt_lang, data)
+    state["model"] = model_sd
+    state["optimizer_history"] = [
+        {
+            "criterion_name": "CrossEntropyCriterion",
+            "optimizer_name": "FairseqNAG",
+            "lr_scheduler_state": {},
+            "num_updates": 0,
+        }
+    ]
+    state["extra_state"] = {
+        "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2},
+        "val_loss": None,
+    }
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    src_dict.save(_dict_path(path.parent, src_lang))
+    tgt_dict.save(_dict_path(path.parent, tgt_lang))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)  # readers see the old file or the complete new one, never half
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,1 @@
+"""The embedded toy language pair (`data=toy`): its lexicon, its grammar and the corpus files."""

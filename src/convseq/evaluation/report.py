@@ -1,0 +1,355 @@
+"""The summary of a sweep: one row per job, as a markdown table, a CSV and a PNG of the curves.
+
+A Hydra multirun (`python run.py -m optim=nag,sgd anneal=plateau,force`) leaves one folder per
+job under `hydra.sweep.dir`, each with `.hydra/overrides.yaml` and, once train() finished,
+`summary.json` (see `convseq.train`). `write_report(sweep_dir)` reads them and writes, into the
+sweep folder:
+
+- `sweep_report.md` and `sweep_report.csv`: per job the overrides, total training wall time,
+  epochs run, time per epoch, why it stopped, the best validation loss and its epoch, the best
+  validation BLEU when the runs computed one, the last lr, and test figures only when asked
+  (`test=True`: tuning happens on the validation set);
+- `sweep_curves.png`: validation loss and lr against the epoch, one line per job;
+- `sweep_report.json`: the same rows and the plotted numbers, for scripts and notebooks.
+
+A job without `summary.json` (it failed, or is still running) is listed from its
+`csv/metrics.csv` as far as that goes, with its status saying so.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convseq.errors import DataError
+from convseq.evaluation.history import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    as_float,
+    best_of,
+    finite_or_none,
+    history_from_metrics,
+)
+from convseq.viz.curves import plot_curves
+
+__all__ = [
+    "REPORT_FILES",
+    "SweepJob",
+    "find_jobs",
+    "load_job",
+    "sweep_rows",
+    "write_report",
+]
+
+REPORT_FILES = {
+    "markdown": "sweep_report.md",
+    "csv": "sweep_report.csv",
+    "json": "sweep_report.json",
+    "png": "sweep_curves.png",
+}
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+
+OK = "ok"
+INTERRUPTED = "interrupted"
+NO_SUMMARY = "no summary.json (failed or still running)"
+
+
+@dataclass
+class SweepJob:
+    """One job of a sweep, as read from its folder."""
+
+    name: str  # its folder relative to the sweep folder (Hydra's job number by default)
+    path: Path
+    overrides: list[str]
+    summary: dict[str, Any] | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.summary is None:
+            return NO_SUMMARY
+        return INTERRUPTED if self.summary.get("interrupted") else OK
+
+
+def _natural_key(text: str) -> list[Any]:
+    """Sort key putting job 10 after job 9."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def find_jobs(sweep_dir: str | os.PathLike) -> list[Path]:
+    """The job folders under `sweep_dir` (each holds `.hydra/overrides.yaml`), in job order."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise DataError(
+            "no such sweep folder; pass sweep_dir=PATH, the hydra.sweep.dir of a multirun",
+            path=str(root),
+        )
+    jobs = [p.parent.parent for p in root.rglob(str(OVERRIDES_FILE))]
+    jobs = [j for j in jobs if j != root]
+    return sorted(jobs, key=lambda j: _natural_key(j.relative_to(root).as_posix()))
+
+
+def _read_overrides(path: Path) -> list[str]:
+    from omegaconf import OmegaConf
+
+    try:
+        value = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as e:  # a YAML syntax error: name the file
+        raise DataError(f"unreadable overrides ({type(e).__name__}: {e})", path=str(path)) from e
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DataError("expected a list of overrides", path=str(path))
+    return [str(v) for v in value]
+
+
+def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> SweepJob:
+    """Read one job folder: its overrides, summary.json and per-epoch history."""
+    path = Path(path)
+    name = path.relative_to(root).as_posix() if root is not None else path.name
+    overrides = _read_overrides(path / OVERRIDES_FILE)
+    summary = None
+    summary_path = path / SUMMARY_FILE
+    if summary_path.is_file():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except json.JSONDecodeError as e:
+            raise DataError(f"not valid JSON ({e})", path=str(summary_path)) from e
+    if summary is not None:
+        history = [dict(h) for h in summary.get("history") or []]
+    else:
+        history = history_from_metrics(path / "csv" / METRICS_FILE)
+    return SweepJob(name=name, path=path, overrides=overrides, summary=summary, history=history)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0]
+
+
+def split_overrides(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]]]:
+    """(overrides every job shares, per job the overrides that tell it apart)."""
+    if not jobs:
+        return [], []
+    common = [o for o in jobs[0].overrides if all(o in j.overrides for j in jobs[1:])]
+    # A key with the same value everywhere is common; any other override of that job varies.
+    return common, [[o for o in j.overrides if o not in common] for j in jobs]
+
+
+def _bleu_key(record: dict[str, Any], prefix: str) -> str | None:
+    """The BLEU column of `record` (e.g. valid/bleu), if the runs computed one."""
+    for key in (f"{prefix}/bleu", f"{prefix}/BLEU", f"{prefix}/sacrebleu"):
+        if key in record:
+            return key
+    return None
+
+
+def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, Any]:
+    """The report's row of one job (numbers as floats, NaN where unknown)."""
+    s = job.summary or {}
+    h = job.history
+    best_loss, best_epoch = best_of(h, "valid/loss", maximize=False)
+    bleu_key = next((k for k in (_bleu_key(e, "valid") for e in h) if k), None)
+    best_bleu, bleu_epoch = best_of(h, bleu_key, maximize=True) if bleu_key else (math.nan, None)
+    if job.summary is not None:
+        epochs = int(s.get("epochs") or 0)
+        wall = as_float(s.get("train_seconds"))
+        per_epoch = as_float(s.get("seconds_per_epoch"))
+        updates = int(s["updates"]) if isinstance(s.get("updates"), (int, float)) else math.nan
+        reason = str(s.get("stop_reason") or "")
+    else:  # from metrics.csv: what the job managed before it stopped
+        epochs = len(h)
+        wall = sum(as_float(e.get("train_epoch/time")) for e in h) if h else math.nan
+        per_epoch = wall / epochs if epochs else math.nan
+        updates, reason = math.nan, ""
+    lrs = [as_float(e.get("train_epoch/lr")) for e in h]
+    row: dict[str, Any] = {
+        "job": job.name,
+        "overrides": " ".join(varying),
+        "status": job.status,
+        "epochs": epochs,
+        "updates": updates,
+        "wall_seconds": wall,
+        "seconds_per_epoch": per_epoch,
+        "stop_reason": reason,
+        "best_valid_loss": best_loss,
+        "best_valid_epoch": best_epoch,
+        "best_valid_bleu": best_bleu,
+        "best_bleu_epoch": bleu_epoch,
+        "last_lr": lrs[-1] if lrs else math.nan,
+        "all_overrides": " ".join(job.overrides),
+    }
+    if test:
+        figures = s.get("test") or {}
+        row["test_loss"] = as_float(figures.get("test/loss"))
+        row["test_ppl"] = as_float(figures.get("test/ppl"))
+        key = _bleu_key(figures, "test")
+        row["test_bleu"] = as_float(figures.get(key)) if key else math.nan
+    return row
+
+
+def job_curve(job: SweepJob, label: str) -> dict[str, Any]:
+    """The plotted numbers of one job: per epoch, the validation loss and the lr."""
+    return {
+        "job": job.name,
+        "label": label,
+        "epoch": [int(e["epoch"]) for e in job.history if "epoch" in e],
+        "valid_loss": [finite_or_none(e, "valid/loss") for e in job.history if "epoch" in e],
+        "lr": [finite_or_none(e, "train_epoch/lr") for e in job.history if "epoch" in e],
+    }
+
+
+def sweep_rows(
+    sweep_dir: str | os.PathLike, test: bool = False
+) -> tuple[list[SweepJob], list[str], list[dict[str, Any]]]:
+    """(jobs, overrides common to all jobs, one row per job) of the sweep in `sweep_dir`."""
+    root = Path(sweep_dir)
+    jobs = [load_job(p, root) for p in find_jobs(root)]
+    if not jobs:
+        raise DataError(
+            f"no job folders (with {OVERRIDES_FILE}) found; is this the hydra.sweep.dir of a "
+            "multirun (`python run.py -m ...`)?",
+            path=str(root),
+        )
+    common, varying = split_overrides(jobs)
+    return jobs, common, [job_row(j, v, test) for j, v in zip(jobs, varying)]
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "n/a"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _f(x: Any, digits: int = 4) -> str:
+    v = as_float(x)
+    return "n/a" if not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _columns(rows: list[dict[str, Any]], test: bool) -> tuple[bool, bool]:
+    """Whether the BLEU columns have anything to show."""
+    has_valid_bleu = any(math.isfinite(as_float(r["best_valid_bleu"])) for r in rows)
+    has_test_bleu = test and any(math.isfinite(as_float(r.get("test_bleu"))) for r in rows)
+    return has_valid_bleu, has_test_bleu
+
+
+def to_markdown(
+    root: Path, common: list[str], rows: list[dict[str, Any]], test: bool, png: str | None
+) -> str:
+    """The report as a markdown document (a heading, the common overrides, the table, the PNG)."""
+    valid_bleu, test_bleu = _columns(rows, test)
+    head = ["job", "overrides", "wall time", "epochs", "s/epoch", "stop reason"]
+    head += ["best valid loss (epoch)"] + (["best valid BLEU (epoch)"] if valid_bleu else [])
+    head += ["last lr", "status"]
+    if test:
+        head += ["test loss"] + (["test BLEU"] if test_bleu else [])
+    lines = [
+        f"# Sweep report: {root}",
+        "",
+        f"{len(rows)} jobs. Overrides common to every job: "
+        + (" ".join(f"`{o}`" for o in common) if common else "none")
+        + ". Losses in bits per token; wall time is the training time (validation included).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" for _ in head) + "|",
+    ]
+    for r in rows:
+        cells = [
+            r["job"],
+            r["overrides"] or "(none)",
+            _hms(r["wall_seconds"]),
+            str(r["epochs"]),
+            _f(r["seconds_per_epoch"], 1),
+            r["stop_reason"] or "n/a",
+            f"{_f(r['best_valid_loss'])} ({r['best_valid_epoch'] or 'n/a'})",
+        ]
+        if valid_bleu:
+            cells.append(f"{_f(r['best_valid_bleu'], 2)} ({r['best_bleu_epoch'] or 'n/a'})")
+        cells += [f"{as_float(r['last_lr']):.3g}", r["status"]]
+        if test:
+            cells.append(_f(r["test_loss"]))
+            if test_bleu:
+                cells.append(_f(r["test_bleu"], 2))
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    if png:
+        lines += ["", f"![validation loss and lr per epoch]({png})"]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """The rows as CSV (NaN as an empty cell)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(
+            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+        )
+    return buf.getvalue()
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_report(
+    sweep_dir: str | os.PathLike,
+    test: bool = False,
+    plot: bool = True,
+    output_dir: str | os.PathLike | None = None,
+) -> dict[str, Path]:
+    """Write the sweep's table (markdown, CSV, JSON) and curves (PNG); see the module docstring.
+
+    Args:
+        sweep_dir: the multirun folder (`hydra.sweep.dir`).
+        test: also list the test figures (off by default: choose settings on validation).
+        plot: write the PNG.
+        output_dir: where to write the files (default: `sweep_dir`).
+
+    Returns:
+        The files written, by kind ("markdown", "csv", "json", "png").
+
+    Raises:
+        DataError: no such folder, no job in it, or an unreadable job file.
+    """
+    root = Path(sweep_dir).absolute()
+    jobs, common, rows = sweep_rows(root, test)
+    out = Path(output_dir).absolute() if output_dir is not None else root
+    out.mkdir(parents=True, exist_ok=True)
+    files = {kind: out / name for kind, name in REPORT_FILES.items()}
+    curves = [job_curve(j, f"{r['job']}: {r['overrides'] or '(none)'}") for j, r in zip(jobs, rows)]
+    if plot:
+        plot_curves(curves, files["png"], title=f"{root.name}: {len(jobs)} jobs")
+    else:
+        files.pop("png")
+    png = REPORT_FILES["png"] if plot else None
+    _write(files["markdown"], to_markdown(root, common, rows, test, png))
+    _write(files["csv"], to_csv(rows))
+    record = {"sweep_dir": str(root), "common_overrides": common, "rows": rows, "curves": curves}
+    _write(files["json"], json.dumps(_json_value(record), indent=2) + "\n")
+    return files

@@ -1,0 +1,190 @@
+"""Generation over a data-bin split: the checkpoints to load, the batches, the Lightning wrapper.
+
+`task=generate` (`convseq.tasks.generate`) and validation BLEU during training
+(`convseq.training.valid_bleu`) both translate a split through these pieces:
+
+- `checkpoint_paths` / `load_translator`: ``ckpt=`` (one path, or several joined by ':' for an
+  ensemble) read into a `Translator` with the ``gen`` search settings;
+- `split_loader`: the split's sources batched by ``gen.max_tokens`` / ``gen.batch_size``;
+- `GenerationModule` + `predict_trainer`: a Translator run by ``trainer.predict`` (device
+  placement, progress bar, the generation profiler's hooks);
+- `translate_split`: the same without a Trainer, for use inside training hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from convseq.data.batching import TokenBatchSampler
+from convseq.data.databin import DataBin
+from convseq.data.dataset import LanguagePairDataset
+from convseq.errors import CheckpointError, DataError
+from convseq.inference.options import GenOptions
+from convseq.inference.profiler import GenerationProfiler
+from convseq.inference.records import best_texts, in_input_order
+from convseq.inference.translator import Translator
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_paths(ckpt: str | Sequence[str] | None) -> list[str]:
+    """The checkpoints of ``ckpt``: one path, or several joined by ':' (an ensemble)."""
+    if not ckpt:
+        raise CheckpointError(
+            "task=generate needs ckpt=PATH (a .ckpt, a run folder, or a fairseq checkpoint_*.pt; "
+            "several joined by ':' for an ensemble)"
+        )
+    parts = [ckpt] if isinstance(ckpt, str) else list(ckpt)
+    paths = [p for part in parts for p in str(part).split(":") if p]
+    if not paths:
+        raise CheckpointError(f"ckpt={ckpt!r} names no checkpoint")
+    return paths
+
+
+def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translator:
+    """The Translator of ``cfg.ckpt`` with ``cfg.gen``'s search settings.
+
+    A checkpoint without its own segmentation (a fairseq one, or an older convseq one) whose
+    dictionaries are the data-bin's gets the data-bin's segmentation.
+    """
+    gen = cfg.get("gen") or {}
+    translator = Translator.from_checkpoints(
+        checkpoint_paths(cfg.get("ckpt")),
+        dict_dir=gen.get("dict_dir"),
+        options=GenOptions.from_mapping(gen),
+    )
+    if (
+        databin is not None
+        and translator.src_segmenter.model is None
+        and translator.src_dict == databin.src_dict
+        and translator.tgt_dict == databin.tgt_dict
+    ):
+        translator.src_segmenter = databin.segmenter("src")
+        translator.tgt_segmenter = databin.segmenter("tgt")
+    return translator
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+def split_loader(
+    translator: Translator, databin: DataBin, split: str, gen: Mapping[str, Any]
+) -> DataLoader:
+    """Batches of the split's sources, by ``gen.max_tokens`` and/or ``gen.batch_size``.
+
+    With the data-bin's own dictionaries the binarised split is used as it is; other models (a
+    fairseq checkpoint, another data-bin's model) get the split's raw source text encoded with
+    their own segmentation and dictionary.
+    """
+    max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
+    if max_tokens is None and batch_size is None:
+        raise DataError("gen.max_tokens and gen.batch_size are both null; set one")
+    if translator.src_dict == databin.src_dict:
+        src, _ = databin.split(split)
+        dataset = LanguagePairDataset(src, None, pad=translator.src_dict.pad())
+    else:
+        encoded = []
+        truncated = 0
+        for line in databin.text(split, "src"):
+            ids, cut = translator.encode(line)
+            encoded.append(ids)
+            truncated += cut
+        if truncated:
+            log.warning(
+                "%s: %d source line(s) truncated to the model's positions", split, truncated
+            )
+        dataset = LanguagePairDataset(encoded, None, pad=translator.src_dict.pad())
+    limit = translator.max_source_positions() or 1 << 30
+    longest = int(dataset.src_sizes.max())
+    if max_tokens is not None and longest > int(max_tokens):
+        raise DataError(
+            f"gen.max_tokens={max_tokens} is smaller than the longest source of {split} "
+            f"({longest} tokens, EOS included): raise gen.max_tokens to at least {longest}"
+        )
+    sampler = TokenBatchSampler(
+        dataset.src_sizes,
+        dataset.tgt_sizes,
+        max_tokens=None if max_tokens is None else int(max_tokens),
+        max_sentences=None if batch_size is None else int(batch_size),
+        shuffle=False,
+        max_positions=(limit, 1 << 30),
+        overlong="error",
+        name=split,
+    )
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=dataset.collater)
+
+
+class GenerationModule(pl.LightningModule):
+    """A Translator as a LightningModule, for ``trainer.predict`` (device placement, loops).
+
+    Args:
+        translator: the models (one, or an ensemble), dictionaries and segmentation.
+        options: the search settings.
+        profiler: optional `GenerationProfiler` (its timer is passed to the search).
+    """
+
+    def __init__(
+        self,
+        translator: Translator,
+        options: GenOptions,
+        profiler: GenerationProfiler | None = None,
+    ):
+        super().__init__()
+        self.translator = translator
+        self.members = nn.ModuleList(translator.models)  # registered: Lightning moves them
+        self.options = options
+        self.profiler_ = profiler
+
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        if self.profiler_ is None:
+            return self.translator.translate_batch(batch, self.options)
+        with self.profiler_.step():
+            return self.translator.translate_batch(batch, self.options, self.profiler_.timer)
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self.profiler_ is not None:
+            self.profiler_.batch_start()
+
+    def on_predict_batch_end(
+        self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.profiler_ is not None:
+            self.profiler_.batch_end()
+
+
+def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = False) -> pl.Trainer:
+    """A one-device Trainer for trainer.predict (no logger, no checkpoints)."""
+    tcfg = dict(trainer_cfg or {})
+    return pl.Trainer(
+        accelerator=tcfg.get("accelerator", "cpu"),
+        devices=1,  # generation runs on one device: outputs never need gathering across ranks
+        precision=tcfg.get("precision", "32-true"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
+    )
+
+
+def translate_split(
+    translator: Translator,
+    databin: DataBin,
+    split: str,
+    gen: Mapping[str, Any],
+    options: GenOptions | None = None,
+) -> list[str]:
+    """The best translation of every sentence of ``split``, in input order (no Trainer: usable
+    inside training callbacks)."""
+    loader = split_loader(translator, databin, split, gen)
+    records = []
+    with torch.inference_mode():
+        for batch in loader:
+            records.extend(translator.translate_batch(batch, options))
+    return best_texts(in_input_order(records), len(databin.text(split, "tgt")))

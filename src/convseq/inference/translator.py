@@ -1,0 +1,336 @@
+"""Translating text with trained models: the API behind predict_step, task=generate/interactive
+and notebooks.
+
+    from convseq import Translator
+    t = Translator.from_checkpoints(["outputs/.../checkpoints/best.ckpt"])
+    t.translate(["a sentence .", "another one ."], beam=5)   # -> list of strings
+
+or, from a loaded module, ``ConvSeqModule.load_from_checkpoint(path).translate([...], beam=5)``.
+
+A `Translator` holds one or more models (several: an ensemble, probabilities averaged per step),
+their dictionaries and the segmentation of each side. Raw text goes through the segmentation the
+training data used (sentencepiece when there was one: its model travels inside convseq's
+checkpoints), the dictionary and the tensorized beam search; hypotheses come back detokenised.
+
+A translation record (one per input sentence, what `translate_batch` and predict_step return):
+
+    id            int        the sentence's index in the input
+    src_symbols   list[str]  the source pieces the model saw, EOS included
+    hypotheses    list       the n-best, best first, each a dict:
+        text               str          detokenised translation
+        symbols            list[str]    output pieces, EOS included
+        tokens             LongTensor   (L,) output ids, ending in EOS
+        score              float        log-prob sum / L ** lenpen (or the plain sum)
+        positional_scores  FloatTensor  (L,) log-prob of each output token
+        attention          FloatTensor  (src_len, L) layer-averaged attention, or None
+        alignment          list[int]    for each output token, the source position it attends most
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from convseq.data.batching import TokenBatchSampler
+from convseq.data.dataset import LanguagePairDataset
+from convseq.data.dictionary import Dictionary
+from convseq.data.subword import Segmenter
+from convseq.errors import CheckpointError
+from convseq.inference.ensemble import EnsembleModel
+from convseq.inference.loading import load_any, segmenters
+from convseq.inference.options import (
+    DEFAULT_MAX_TOKENS,
+    GenerationError,
+    GenOptions,
+    is_oom,
+    out_of_memory,
+)
+from convseq.inference.records import in_input_order
+from convseq.search import SearchTimer, as_search_model, beam_search
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------- the translator
+
+
+class Translator:
+    """Models + dictionaries + segmentation: text in, hypotheses out.
+
+    Args:
+        models: one model, or several (an ensemble); FConvModels or any fairseq-style
+            incremental-decoder models, all over ``src_dict`` -> ``tgt_dict``.
+        src_dict, tgt_dict: the dictionaries the models were trained with.
+        src_segmenter, tgt_segmenter: how raw text is split into the dictionary's pieces and
+            joined back (default: whitespace).
+        options: default search settings (`GenOptions`).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        src_dict: Dictionary,
+        tgt_dict: Dictionary,
+        src_segmenter: Segmenter | None = None,
+        tgt_segmenter: Segmenter | None = None,
+        options: GenOptions | None = None,
+    ):
+        if not models:
+            raise ValueError("a Translator needs at least one model")
+        self.models = list(models)
+        self.src_dict, self.tgt_dict = src_dict, tgt_dict
+        self.src_segmenter = src_segmenter or Segmenter(None)
+        self.tgt_segmenter = tgt_segmenter or Segmenter(None)
+        self.options = options or GenOptions()
+        self.search_model = (
+            as_search_model(self.models[0]) if len(self.models) == 1 else EnsembleModel(models)
+        )
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_checkpoints(
+        cls,
+        paths: str | os.PathLike | Sequence[str | os.PathLike],
+        dict_dir: str | os.PathLike | None = None,
+        map_location: Any = "cpu",
+        options: GenOptions | None = None,
+    ) -> Translator:
+        """Load convseq checkpoints (``.ckpt``) and/or fairseq fconv checkpoints (``.pt``).
+
+        Several paths make an ensemble; their dictionaries must be identical. A fairseq
+        checkpoint needs its ``dict.<lang>.txt`` files beside it (or in ``dict_dir``); its text
+        is split on whitespace (apply the model's own tokenisation/BPE to the input first).
+        """
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        if not paths:
+            raise CheckpointError("no checkpoint given")
+        loaded = [load_any(p, dict_dir=dict_dir, map_location=map_location) for p in paths]
+        first = loaded[0]
+        for p, other in zip(paths[1:], loaded[1:]):
+            for side in ("src_dict", "tgt_dict"):
+                if getattr(other, side) != getattr(first, side):
+                    raise CheckpointError(
+                        f"{p}: its {side[:3]} dictionary differs from {paths[0]}'s; ensemble "
+                        "members must be trained on the same dictionaries"
+                    )
+        src_seg, tgt_seg = segmenters(first.text)
+        return cls(
+            [m.model for m in loaded], first.src_dict, first.tgt_dict, src_seg, tgt_seg, options
+        )
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        for p in self.models[0].parameters():
+            return p.device
+        return torch.device("cpu")
+
+    def to(self, device: str | torch.device) -> Translator:
+        for m in self.models:
+            m.to(device)
+        return self
+
+    def max_source_positions(self) -> int | None:
+        """The longest source (EOS included) every model can number; None if unlimited."""
+        limits = []
+        for m in self.models:
+            fn = getattr(m, "max_positions", None)
+            if fn is None:
+                continue
+            value = fn()
+            value = value[0] if isinstance(value, (tuple, list)) else value
+            if value is not None:
+                limits.append(int(value))
+        return min(limits) if limits else None
+
+    # -- text -----------------------------------------------------------------------------------
+    def encode(self, line: str) -> tuple[np.ndarray, bool]:
+        """(ids ending in EOS, whether it was truncated to the model's source positions)."""
+        pieces = self.src_segmenter.segment(line.strip())
+        ids = self.src_dict.encode(pieces, append_eos=True)
+        limit = self.max_source_positions()
+        if limit is not None and len(ids) > limit:
+            ids = np.concatenate([ids[: limit - 1], ids[-1:]])
+            return ids, True
+        return ids, False
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Detokenised target text of output ids (specials dropped)."""
+        pieces = self.tgt_dict.string(ids, strip_special=True).split()
+        return self.tgt_segmenter.detokenize(pieces)
+
+    # -- translation ----------------------------------------------------------------------------
+    def translate_batch(
+        self,
+        batch: Mapping[str, Any],
+        options: GenOptions | None = None,
+        timer: SearchTimer | None = None,
+    ) -> list[dict[str, Any]]:
+        """Translation records (module docstring) of a collated batch, in the batch's row order.
+
+        A dummy (rank-evening) batch gives no record.
+
+        Raises:
+            GenerationOOM: the device ran out of memory; the message says to lower
+                ``gen.max_tokens``.
+        """
+        if batch.get("is_dummy", False):
+            return []
+        opts = options or self.options
+        net = batch["net_input"]
+        device = self.device
+        src_tokens = net["src_tokens"].to(device)  # (B, S) left-padded
+        src_lengths = net["src_lengths"].to(device)  # (B,)
+        try:
+            hyps = beam_search(
+                self.search_model, src_tokens, src_lengths, **opts.search_kwargs(), timer=timer
+            )
+        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError
+            if not is_oom(e):
+                raise
+            raise out_of_memory(src_tokens) from e
+        except ValueError as e:  # the search refuses settings it cannot honour, naming them
+            raise GenerationError(f"generation settings (gen.*): {e}") from e
+        phase = timer.phase if timer is not None else None
+        if phase is None:
+            return self._records(batch, src_tokens, src_lengths, hyps)
+        with phase("detok"):
+            return self._records(batch, src_tokens, src_lengths, hyps)
+
+    def _records(
+        self,
+        batch: Mapping[str, Any],
+        src_tokens: torch.Tensor,
+        src_lengths: torch.Tensor,
+        hyps: list[list[dict[str, Any]]],
+    ) -> list[dict[str, Any]]:
+        ids = batch["id"].tolist()
+        lengths = src_lengths.tolist()
+        src_rows = src_tokens.cpu().tolist()
+        out = []
+        for i, (sent_id, nbest) in enumerate(zip(ids, hyps)):
+            src = src_rows[i][len(src_rows[i]) - lengths[i] :]  # padding removed, EOS kept
+            record_hyps = []
+            for h in nbest:
+                tokens = h["tokens"].cpu().clone()  # (L,)
+                attention = h.get("attention")
+                if attention is not None:
+                    attention = attention.float().cpu().clone()  # (src_len, L)
+                token_list = tokens.tolist()
+                record_hyps.append(
+                    {
+                        "text": self.decode(token_list),
+                        "symbols": [self.tgt_dict[t] for t in token_list],
+                        "tokens": tokens,
+                        "score": float(h["score"]),
+                        "positional_scores": h["positional_scores"].float().cpu().clone(),
+                        "attention": attention,
+                        "alignment": [] if attention is None else attention.argmax(0).tolist(),
+                    }
+                )
+            out.append(
+                {
+                    "id": int(sent_id),
+                    "src_symbols": [self.src_dict[t] for t in src],
+                    "hypotheses": record_hyps,
+                }
+            )
+        return out
+
+    def translate_records(
+        self,
+        lines: Sequence[str],
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        batch_size: int | None = None,
+        timer: SearchTimer | None = None,
+        **options: Any,
+    ) -> list[dict[str, Any]]:
+        """Translation records of raw lines, in input order (batched by length, like generate).
+
+        Args:
+            lines: raw text, one sentence each.
+            max_tokens: source tokens per batch (padding counted); None: no limit.
+            batch_size: sentences per batch; None: no limit (one of the two is needed).
+            timer: optional phase timer (see `convseq.search.PhaseTimer`).
+            **options: `GenOptions` fields overriding ``self.options`` (beam=5, nbest=3, ...).
+        """
+        opts = GenOptions.from_mapping(self.options.search_kwargs(), **options)
+        encoded = []
+        for i, line in enumerate(lines):
+            ids, truncated = self.encode(line)
+            if truncated:
+                log.warning(
+                    "sentence %d: longer than the model's %s source positions; truncated",
+                    i,
+                    self.max_source_positions(),
+                )
+            encoded.append(ids)
+        if not encoded:
+            return []
+        return self.translate_encoded(encoded, max_tokens, batch_size, opts, timer)
+
+    def translate_encoded(
+        self,
+        encoded: Sequence[np.ndarray],
+        max_tokens: int | None,
+        batch_size: int | None,
+        options: GenOptions | None = None,
+        timer: SearchTimer | None = None,
+    ) -> list[dict[str, Any]]:
+        """Records of already encoded sources (ids ending in EOS), in input order."""
+        dataset = LanguagePairDataset(list(encoded), None, pad=self.src_dict.pad())
+        longest = int(dataset.src_sizes.max())
+        if max_tokens is None and batch_size is None:
+            batch_size = len(encoded)
+        sampler = TokenBatchSampler(
+            dataset.src_sizes,
+            dataset.tgt_sizes,
+            max_tokens=None if max_tokens is None else max(int(max_tokens), longest),
+            max_sentences=batch_size,
+            shuffle=False,
+            max_positions=(max(longest, 1), 1 << 30),
+            name="input",
+        )
+        records = []
+        for indices in sampler:
+            batch = dataset.collater(dataset.__getitems__(indices))
+            records.extend(self.translate_batch(batch, options, timer))
+        return in_input_order(records)
+
+    def translate(
+        self,
+        sentences: str | Sequence[str],
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        batch_size: int | None = None,
+        **options: Any,
+    ) -> str | list[str] | list[list[str]]:
+        """Translate raw sentences; each becomes its best translation (``nbest > 1``: a list).
+
+        A single string in gives a single result out.
+        """
+        single = isinstance(sentences, str)
+        lines = [sentences] if single else list(sentences)
+        records = self.translate_records(lines, max_tokens, batch_size, **options)
+        nbest = GenOptions.from_mapping(self.options.search_kwargs(), **options).nbest
+        if nbest == 1:
+            texts: list = [r["hypotheses"][0]["text"] for r in records]
+        else:
+            texts = [[h["text"] for h in r["hypotheses"]] for r in records]
+        return texts[0] if single else texts
+
+
+def translator_of(module: Any) -> Translator:
+    """The (cached) Translator of a `ConvSeqModule`: its model, dictionaries and segmentation."""
+    cached = getattr(module, "_convseq_translator", None)
+    if cached is not None and cached.models[0] is module.model:
+        return cached
+    src_seg, tgt_seg = segmenters(getattr(module, "text_processing", None))
+    translator = Translator([module.model], module.src_dict, module.tgt_dict, src_seg, tgt_seg)
+    module._convseq_translator = translator
+    return translator

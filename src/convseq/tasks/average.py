@@ -1,0 +1,55 @@
+"""`task=average`: average checkpoints' parameters (`convseq.checkpoints.average`).
+
+python run.py task=average ckpts=[a.ckpt,b.ckpt,c.ckpt]
+python run.py task=average ckpts=[RUN_DIR] average.last_n=5   # the run's last 5 epochNNN.ckpt
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from convseq.checkpoints.average import DEFAULT_NAME, average_checkpoints, last_n_checkpoints
+from convseq.errors import CheckpointError
+
+__all__ = ["run_average"]
+
+
+def _expand(ckpts: Sequence[str] | str | None) -> list[Path]:
+    if ckpts is None:
+        return []
+    if isinstance(ckpts, (str, os.PathLike)):
+        ckpts = [ckpts]
+    return [Path(os.path.expanduser(str(c))).absolute() for c in ckpts]
+
+
+def run_average(cfg: Mapping[str, Any]) -> Path:
+    """`task=average`: the checkpoints of `ckpts` (or the last `average.last_n` of a run).
+
+    Writes `average.output`, by default `<output_dir>/averaged.ckpt` (the Hydra folder of
+    this command), and prints the path.
+    """
+    avg = cfg.get("average") or {}
+    ckpts = _expand(cfg.get("ckpts"))
+    last_n = int(avg.get("last_n") or 0)
+    if last_n > 0:
+        if len(ckpts) != 1:
+            raise CheckpointError(
+                f"average.last_n={last_n} reads one run folder; set ckpts=[RUN_DIR] (got "
+                f"{len(ckpts)} paths)"
+            )
+        ckpts = last_n_checkpoints(ckpts[0], last_n)
+    else:
+        for p in ckpts:
+            if p.is_dir():
+                raise CheckpointError(
+                    f"{p}: a folder; list checkpoint files in ckpts, or average the run's last "
+                    "epochs with average.last_n=N"
+                )
+    output = avg.get("output") or Path(cfg["paths"]["output_dir"]) / DEFAULT_NAME
+    path = average_checkpoints(ckpts, output)
+    names = ", ".join(str(p) for p in ckpts)
+    print(f"convseq: averaged {len(ckpts)} checkpoints ({names}) into {path}", flush=True)
+    return path

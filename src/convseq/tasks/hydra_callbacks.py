@@ -1,0 +1,98 @@
+"""Hydra callbacks registered in conf/config.yaml (`hydra.callbacks`).
+
+`SweepReport` writes the sweep's summary (`convseq.report.write_report`) into `hydra.sweep.dir`
+once every job of a multirun has returned, and refuses to start a multi-process DDP job under a
+local launcher (exit status 2; Lightning's DDP launcher re-executes the command line, `-m` and its sweep
+included, in every extra process: each would start a sweep of its own).
+
+This module imports only Hydra: every run instantiates its callbacks, so torch and matplotlib
+are imported only when a report is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+# Strategies whose extra processes Lightning starts by re-running sys.argv.
+_RELAUNCHING = ("ddp", "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false")
+# Launchers that run jobs as local processes on this machine (one after another or in a pool).
+_LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+
+
+def _devices(value: Any) -> int:
+    """How many devices a Trainer's `devices` asks for (-1 and "auto" count as several)."""
+    if not isinstance(value, (str, int)) and hasattr(value, "__len__"):  # a list of device ids
+        return len(value)
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        n = int(text)
+        return n if n >= 0 else 2
+    if "," in text:
+        return len([t for t in text.split(",") if t.strip()])
+    return 2  # "auto": as many as there are
+
+
+def relaunching_ddp(trainer: Mapping[str, Any]) -> bool:
+    """Whether these Trainer settings make Lightning re-run the command line in new processes."""
+    strategy = str(trainer.get("strategy", "auto"))
+    processes = _devices(trainer.get("devices", 1)) * int(trainer.get("num_nodes", 1) or 1)
+    return strategy in _RELAUNCHING and processes > 1
+
+
+class SweepReport(Callback):
+    """After a multirun: write `sweep_report.{md,csv,json}` and `sweep_curves.png`.
+
+    Args:
+        enabled: write the report at the end of every multirun.
+        test: also list test figures (see `convseq.report.write_report`).
+    """
+
+    def __init__(self, enabled: bool = True, test: bool = False) -> None:
+        self.enabled = bool(enabled)
+        self.test = bool(test)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        hydra_cfg = config.get("hydra")
+        if hydra_cfg is None or str(hydra_cfg.get("mode")) != "RunMode.MULTIRUN":
+            return
+        launcher = str((hydra_cfg.get("launcher") or {}).get("_target_", ""))
+        trainer = config.get("trainer") or {}
+        if launcher.rsplit(".", 1)[-1] in _LOCAL_LAUNCHERS and relaunching_ddp(trainer):
+            # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings.
+            print(
+                f"convseq: error: trainer.strategy={trainer.get('strategy')} with {trainer.get('devices')} "
+                "devices inside a local multirun (-m): Lightning would re-run the whole sweep "
+                "in every extra process. Run each DDP job on its own (no -m), sweep on one "
+                "device per job, or sweep through a cluster launcher "
+                "(hydra/launcher=submitit_slurm); see docs/ddp.md",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        sweep_dir = str(config.hydra.sweep.dir)
+        try:
+            from convseq.evaluation.report import write_report
+
+            files = write_report(sweep_dir, test=self.test)
+        except Exception as e:  # the jobs' results are on disk either way; never fail the sweep
+            log.warning(
+                "convseq: could not write the sweep report of %s (%s: %s); retry with "
+                "`python run.py task=report sweep_dir=%s`",
+                sweep_dir,
+                type(e).__name__,
+                e,
+                sweep_dir,
+            )
+            return
+        print(f"convseq: sweep report: {files['markdown']}", flush=True)

@@ -1,0 +1,29 @@
+"""`task=report`: the table and curves of a sweep (`convseq.evaluation.report`).
+
+    python run.py task=report sweep_dir=multirun/2026-12-03/10-00-00 [report.test=true]
+
+A multirun writes the same report itself when it ends (`convseq.tasks.hydra_callbacks`); this
+task re-makes it, e.g. for a sweep that is still running or was interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from convseq.errors import DataError
+from convseq.evaluation.report import write_report
+
+__all__ = ["run_report"]
+
+
+def run_report(cfg: dict[str, Any]) -> dict[str, Path]:
+    """Summarise the multirun in `sweep_dir` (see `convseq.evaluation.report`); print the table."""
+    if not cfg.get("sweep_dir"):
+        raise DataError(
+            "task=report needs sweep_dir=PATH: the folder of a multirun (its hydra.sweep.dir)"
+        )
+    files = write_report(cfg["sweep_dir"], test=bool((cfg.get("report") or {}).get("test")))
+    print(files["markdown"].read_text(), end="")
+    print(f"convseq: sweep report written: {', '.join(str(p) for p in files.values())}")
+    return files

@@ -1,0 +1,215 @@
+"""`task=train`: `train(cfg)`, what `python run.py` does, over the plain resolved config.
+
+Seeds, builds the data module (data-bin preparation included) and the model from the
+dictionaries' sizes, the Trainer with convseq's callbacks, fits (or continues a run: `resume`),
+evaluates the test split with the best checkpoint, writes `<output_dir>/summary.json` and
+prints one summary line. Returns the best value of `optimized_metric` (the best validation loss
+by default), which run.py hands to Hydra sweepers.
+
+Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
+
+- `checkpoints/last.ckpt` (every epoch, and on SIGTERM/SIGINT in the middle of one),
+  `checkpoints/best.ckpt` (best `checkpoint.monitor`), `checkpoints/epochNNN.ckpt` (optional),
+  `checkpoints/crash.ckpt` (the state at a NaN or inf loss or gradient, which stops training);
+- `csv/metrics.csv` (one file, continued by resumed runs);
+- `generate-test.txt` (`gen.test_bleu`): the best checkpoint's test translations, detokenised, one
+  per line, as `task=generate` writes them (what `task=compare` reads from a run folder);
+- `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
+  figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`; none
+  with `final_test=false`, which never evaluates on test, for tuning runs) and
+  the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
+  `bleu_every_n_epochs`), and with `profile=true` the mean breakdown of a training epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
+
+from convseq.checkpoints.io import (
+    CHECKPOINT_DIR,
+    LAST,
+    check_writable,
+    load_checkpoint,
+    remove_stale_temps,
+    resolve_resume,
+)
+from convseq.data.databin import DataBin
+from convseq.data.preprocess import prepare_databin
+from convseq.errors import CheckpointError
+from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
+from convseq.inference.loading import databin_text_processing
+from convseq.training.build import (
+    build_callbacks,
+    build_datamodule,
+    build_module,
+    build_trainer,
+    check_resume,
+    stop_reason,
+)
+from convseq.training.callbacks import TrainingInterrupted
+from convseq.training.figures import plain
+from convseq.training.profiler import EpochProfiler
+from convseq.training.run_log import truncate_metrics, write_summary
+from convseq.training.valid_bleu import model_scores
+
+__all__ = ["run_train", "train"]
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"
+
+
+def _bleu(test: Mapping[str, Any]) -> str:
+    return f" BLEU {test['test/bleu']:.2f}" if "test/bleu" in test else ""
+
+
+@rank_zero_only
+def _report(output_dir: Path, summary: dict[str, Any]) -> None:
+    write_summary(output_dir / SUMMARY_FILE, summary)
+    test = summary.get("test") or {}
+    print(
+        f"convseq: {summary['epochs']} epochs, {summary['updates']} updates in "
+        f"{summary['train_seconds']:.1f}s; stopped: {summary['stop_reason']}; best "
+        f"{summary['optimized_metric']} {_fmt(summary['best_value'])} (epoch "
+        f"{summary['best_epoch']}); test loss {_fmt(test.get('test/loss'))} ppl "
+        f"{_fmt(test.get('test/ppl'))}{_bleu(test)}; {output_dir}",
+        flush=True,
+    )
+
+
+def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) -> float:
+    """Train (or continue training) the model `cfg` describes; see the module docstring.
+
+    Args:
+        cfg: the resolved config as plain dicts (`convseq.tasks.dispatch.to_plain`).
+        callbacks: extra Lightning callbacks, called after convseq's own (except checkpointing,
+            which Lightning always calls last).
+
+    Returns:
+        The best value of `cfg["optimized_metric"]` over the run's validations (NaN if none).
+
+    Raises:
+        ConvseqError: bad data, settings or checkpoints, with a message naming them.
+    """
+    cfg = plain(cfg)
+    t_start = time.perf_counter()
+    # Epoch-level figures are already summed over DDP ranks before they are logged.
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
+    )
+    output_dir = Path(cfg["paths"]["output_dir"]).absolute()
+    ckpt_dir = output_dir / CHECKPOINT_DIR
+    resume = resolve_resume(cfg.get("resume", False), output_dir)
+    if resume is None and (ckpt_dir / LAST).exists():
+        raise CheckpointError(
+            f"{ckpt_dir / LAST}: this folder already holds a run; continue it with resume=true "
+            "or choose another hydra.run.dir"
+        )
+    if rank_zero_only.rank == 0:  # the only rank that writes checkpoints
+        check_writable(ckpt_dir)  # an unwritable folder fails now, not after the first epoch
+        if resume is not None:
+            remove_stale_temps(ckpt_dir)  # left by a process killed while saving
+    seed = int(cfg.get("seed", 1))
+    pl.seed_everything(seed, workers=True, verbose=False)
+    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    module = build_module(cfg, databin)
+    # the data's segmentation travels in the checkpoints: raw text translates without the data
+    module.text_processing = databin_text_processing(databin)
+
+    last_step = -1
+    if resume is not None:
+        ckpt = load_checkpoint(resume, weights_only=True)
+        last_step = check_resume(ckpt, module, resume, databin)
+        del ckpt
+        rank_zero_info(f"convseq: resuming from {resume}")
+
+    dm = build_datamodule(cfg, module)
+    cbs = build_callbacks(cfg, ckpt_dir)
+    trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
+    if resume is not None and last_step >= 0 and trainer.is_global_zero:
+        truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
+
+    interrupted = False
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=str(resume) if resume else None)
+    except TrainingInterrupted:
+        interrupted = True
+
+    # Taken before testing: loading best.ckpt for the test restores that epoch's module and
+    # callback states.
+    history = [dict(h) for h in module.history]
+    seconds = module.training_seconds()
+    best_path = getattr(cbs["best"], "best_model_path", "") or ""
+    max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
+    reason = stop_reason(trainer, cbs, max_epochs)
+    epochs = trainer.current_epoch if not interrupted else len(history)
+    updates = int(trainer.global_step)
+    # final_test=false: a tuning run never evaluates on test
+    evaluate = bool(cfg.get("final_test", True)) and not interrupted
+    if evaluate:
+        # a fast_dev_run tests the weights in memory, other runs best.ckpt's
+        ckpt_path = None if trainer.fast_dev_run else (best_path or None)
+        trainer.test(module, datamodule=dm, ckpt_path=ckpt_path, verbose=False)
+    gen = cfg.get("gen") or {}
+    test_hypotheses: Path | None = None
+    if (
+        evaluate
+        and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
+        and gen.get("test_bleu", True)
+        and trainer.is_global_zero
+    ):
+        # the module holds the weights just tested (best.ckpt's)
+        scores, hyps = model_scores(module, dm.databin, "test", gen)
+        module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
+        module.test_figures["test/bleu_signature"] = scores.bleu_signature
+        test_hypotheses = output_dir / "generate-test.txt"
+        test_hypotheses.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        for line in scores.lines():
+            print(f"convseq: test {line}", flush=True)
+
+    metric = str(cfg.get("optimized_metric") or "valid/loss")
+    ck = cfg.get("checkpoint") or {}
+    maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
+    best_value, best_epoch = best_of(history, metric, maximize)
+    summary = {
+        "epochs": epochs,
+        "updates": updates,
+        "train_seconds": seconds,
+        "seconds_per_epoch": seconds / max(epochs, 1),
+        "process_seconds": time.perf_counter() - t_start,
+        "stop_reason": reason,
+        "interrupted": interrupted,
+        "optimized_metric": metric,
+        "best_value": best_value,
+        "best_epoch": best_epoch,
+        "best_checkpoint": best_path or None,
+        "last_checkpoint": str(ckpt_dir / LAST) if (ckpt_dir / LAST).exists() else None,
+        "resumed_from": str(resume) if resume else None,
+        "test": dict(module.test_figures),
+        "test_hypotheses": str(test_hypotheses) if test_hypotheses else None,
+        "history": history,
+    }
+    if isinstance(trainer.profiler, EpochProfiler):
+        profiler = trainer.profiler
+        summary["profile"] = {
+            "epochs": profiler.epochs,
+            "mean": profiler.mean(),
+            "top_actions": profiler.top_actions(),
+        }
+        if trainer.is_global_zero:
+            print(trainer.profiler.table(), flush=True)
+    _report(output_dir, summary)
+    return float(best_value)
+
+
+def run_train(cfg: dict[str, Any]) -> float:
+    """`python run.py task=train`: train, and return the best `optimized_metric` value."""
+    return train(cfg)

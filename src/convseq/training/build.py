@@ -1,0 +1,196 @@
+"""The pieces a training run is made of: the module, the data module, the callbacks, the Trainer.
+
+`convseq.tasks.train.train` puts them together (seeding, resuming, testing, the summary); each
+is usable alone, e.g. to build a Trainer around a module in a notebook or a benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
+
+from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
+from convseq.data.databin import DataBin
+from convseq.data.datamodule import BatchEpochCallback, TranslationDataModule
+from convseq.errors import CheckpointError
+from convseq.training.callbacks import (
+    AnnealingCallback,
+    CrashCheckpoint,
+    EpochCheckpoint,
+    MaxUpdateCallback,
+    RNGStateCallback,
+    SignalCallback,
+)
+from convseq.training.module import ConvSeqModule
+from convseq.training.profiler import EpochProfiler, LoggingTimer
+from convseq.training.run_log import AppendingCSVLogger
+from convseq.training.valid_bleu import ValidBleu, wants_valid_bleu
+
+__all__ = [
+    "build_callbacks",
+    "build_datamodule",
+    "build_module",
+    "build_trainer",
+    "check_resume",
+    "stop_reason",
+]
+
+
+def build_module(cfg: Mapping[str, Any], databin: DataBin) -> ConvSeqModule:
+    """A freshly initialised ConvSeqModule for the data-bin's dictionaries."""
+    return ConvSeqModule(
+        model=cfg["model"],
+        src_vocab=databin.src_dict.to_list(),
+        tgt_vocab=databin.tgt_dict.to_list(),
+        optim=cfg["optim"],
+        criterion=cfg.get("criterion") or {},
+    )
+
+
+def build_datamodule(cfg: Mapping[str, Any], module: ConvSeqModule) -> TranslationDataModule:
+    """The data module, its length limits the tighter of the data's and the model's positions."""
+    src_pos, tgt_pos = module.model.max_positions()
+    max_pos = int(cfg["data"].get("max_positions", 1022))
+    return TranslationDataModule(
+        cfg["data"],
+        cfg["batching"],
+        cfg["paths"]["cache_dir"],
+        seed=int(cfg.get("seed", 1)),
+        max_source_positions=min(max_pos, src_pos),
+        max_target_positions=min(max_pos, tgt_pos),
+    )
+
+
+def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Callback]:
+    """convseq's callbacks by name, in the order Lightning must call them."""
+    ck = cfg.get("checkpoint") or {}
+    monitor, mode = ck.get("monitor", "valid/loss"), ck.get("mode", "min")
+    cbs: dict[str, pl.Callback] = {
+        # First: advances the batch sampler's position before the signal handler saves it.
+        "batches": BatchEpochCallback(),
+        "anneal": AnnealingCallback(cfg["anneal"], lr=cfg["optim"]["lr"]),
+        "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
+        "rng": RNGStateCallback(),
+        "signal": SignalCallback(str(ckpt_dir / LAST)),
+        "crash": CrashCheckpoint(str(ckpt_dir / CRASH)),
+        "best": ModelCheckpoint(
+            dirpath=str(ckpt_dir),
+            filename=Path(BEST).stem,
+            monitor=monitor,
+            mode=mode,
+            save_top_k=1,
+            save_last=bool(ck.get("save_last", True)),
+            auto_insert_metric_name=False,
+            # At the very end of the epoch (after validation, annealing and the epoch's logs),
+            # where Lightning resumes cleanly at the next epoch.
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        ),
+    }
+    patience = int(cfg.get("patience", -1) or -1)
+    if patience > 0:
+        cbs["patience"] = EarlyStopping(monitor=monitor, mode=mode, patience=patience, verbose=True)
+    keep = int(ck.get("keep_epochs", 0) or 0)
+    if keep != 0:
+        cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), keep)
+    every = wants_valid_bleu(cfg)
+    if every:
+        cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
+    if cfg.get("profile"):
+        cbs["profile"] = LoggingTimer()
+    return cbs
+
+
+def build_trainer(
+    cfg: Mapping[str, Any], callbacks: list[pl.Callback], output_dir: Path
+) -> pl.Trainer:
+    """The Trainer of `cfg["trainer"]`, with convseq's fixed choices."""
+    tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
+    max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
+    loggers: list[Any] = [AppendingCSVLogger(str(output_dir))]
+    if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
+        from pytorch_lightning.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(str(output_dir), name="", version="tb"))
+    clip = float(cfg["optim"].get("clip_norm") or 0.0)
+    return pl.Trainer(
+        **tcfg,
+        max_epochs=max_epochs if max_epochs > 0 else -1,  # fairseq: 0 = no limit
+        gradient_clip_val=clip if clip > 0 else None,
+        gradient_clip_algorithm="norm",
+        use_distributed_sampler=False,  # the batch sampler shards by rank itself
+        default_root_dir=str(output_dir),
+        callbacks=callbacks,
+        logger=loggers,
+        plugins=[AtomicCheckpointIO()],
+        enable_model_summary=False,
+        profiler=EpochProfiler() if cfg.get("profile") else None,
+    )
+
+
+def check_resume(
+    ckpt: Mapping[str, Any], module: ConvSeqModule, path: Path, databin: DataBin
+) -> int:
+    """Refuse a checkpoint of another model or vocabulary; return its logging step."""
+    hp = ckpt.get("hyper_parameters")
+    if not isinstance(hp, Mapping) or "model" not in hp or "tgt_vocab" not in hp:
+        raise CheckpointError(
+            f"{path}: not a convseq training checkpoint (no model hyperparameters)"
+        )
+    mine = module.hparams
+    changed = sorted(
+        k
+        for k in set(hp["model"]) | set(mine["model"])
+        if hp["model"].get(k) != mine["model"].get(k)
+    )
+    if changed:
+        detail = ", ".join(
+            f"{k}: {hp['model'].get(k)!r} there, {mine['model'].get(k)!r} now" for k in changed
+        )
+        raise CheckpointError(
+            f"{path}: trained with another model configuration ({detail}); resume with the "
+            "same model settings"
+        )
+    for side, lang in (("src_vocab", databin.src_lang), ("tgt_vocab", databin.tgt_lang)):
+        theirs, ours = list(hp[side]), list(mine[side])
+        if theirs != ours:
+            dict_file = databin.path / f"dict.{lang}.txt"
+            if len(theirs) != len(ours):
+                how = f"{len(theirs)} symbols there, {len(ours)} in {dict_file}"
+            else:
+                i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+                how = (
+                    f"both {len(ours)} symbols, but symbol {i} is {theirs[i]!r} there and "
+                    f"{ours[i]!r} in {dict_file}"
+                )
+            raise CheckpointError(
+                f"{path}: its {side} does not match this run's data-bin ({how}); resume with "
+                "the data (data=..., data.* settings) the run was trained on"
+            )
+    try:
+        return int(ckpt["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"])
+    except (KeyError, TypeError):
+        return -1
+
+
+def stop_reason(trainer: pl.Trainer, cbs: Mapping[str, pl.Callback], max_epochs: int) -> str:
+    for name in ("signal", "anneal", "max_update"):
+        reason = getattr(cbs[name], "stop_reason", None)
+        if reason:
+            return reason
+    es = cbs.get("patience")
+    if isinstance(es, EarlyStopping) and es.stopped_epoch > 0:
+        return f"no improvement of {es.monitor} in {es.patience} validations (patience)"
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    if timer is not None and (timer.time_remaining() or 0) <= 0:
+        return "reached trainer.max_time"
+    if trainer.fast_dev_run:
+        return "fast_dev_run"
+    if max_epochs > 0 and trainer.current_epoch >= max_epochs:
+        return f"reached trainer.max_epochs={max_epochs}"
+    return "finished"

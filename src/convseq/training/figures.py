@@ -1,0 +1,68 @@
+"""The training figures: fairseq's loss, nll_loss and ppl (base 2) from float64 sums.
+
+`ConvSeqModule` keeps, per update and per epoch, the sums laid out below (summed over
+micro-batches and DDP ranks before any division), and turns them into logged figures here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+LN2 = math.log(2.0)
+
+# Layout of the float64 sums kept per update and per epoch.
+SAMPLE, NTOKENS, NSENT, LOSS, NLL = range(5)
+NUM_SUMS = 5
+# Per epoch, two more: the sum of gradient norms and the number of clipped updates.
+GNORM, CLIPPED = 5, 6
+NUM_EPOCH_SUMS = 7
+
+
+def plain(value: Any) -> Any:
+    """Plain Python containers from OmegaConf objects (hyperparameters must never hold them)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:
+    """fairseq's loss, nll_loss (bits per token) and ppl from [sample_size, ntokens, ...] sums."""
+    size, ntok = float(sums[SAMPLE]), float(sums[NTOKENS])
+    loss = float(sums[LOSS]) / size / LN2 if size > 0 else math.nan
+    nll = float(sums[NLL]) / ntok / LN2 if ntok > 0 else math.nan
+    ppl = nll if math.isnan(nll) else (2.0**nll if nll < 1024 else math.inf)
+    return {f"{prefix}/loss": loss, f"{prefix}/nll_loss": nll, f"{prefix}/ppl": ppl}
+
+
+def epoch_figures(
+    sums: Sequence[float], updates: int, train_seconds: float, wall: float, lr: float
+) -> dict[str, float]:
+    """An epoch's ``train_epoch/...`` figures from its float64 sums (`NUM_EPOCH_SUMS` of them).
+
+    Args:
+        sums: [sample_size, ntokens, nsentences, loss, nll, gnorm sum, clipped updates].
+        updates: optimizer steps in the epoch.
+        train_seconds: time spent in updates (wps and ups are per second of it).
+        wall: the epoch's wall time, validation included.
+        lr: the lr the epoch started with.
+    """
+    n = max(updates, 1)
+    seconds = max(train_seconds, 1e-9)
+    record = figures(sums, "train_epoch")
+    record.update(
+        {
+            "train_epoch/wps": sums[NTOKENS] / seconds,
+            "train_epoch/ups": updates / seconds,
+            "train_epoch/wpb": sums[NTOKENS] / n,
+            "train_epoch/bsz": sums[NSENT] / n,
+            "train_epoch/gnorm": sums[GNORM] / n,
+            "train_epoch/clip": sums[CLIPPED] / n,
+            "train_epoch/lr": lr,
+            "train_epoch/time": wall,
+        }
+    )
+    return record

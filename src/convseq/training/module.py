@@ -1,0 +1,392 @@
+"""`ConvSeqModule`: the fconv model, its loss, gradient normalisation and training figures.
+
+Loss and gradients follow fairseq. `training_step` returns the loss *summed* over the batch's
+target tokens; once an update's micro-batches are all back-propagated, `on_before_optimizer_step`
+multiplies the gradients by ``accumulate_grad_batches * world_size / sample_size``, where
+sample_size is the number of target tokens (or sentences, ``criterion.normalize=sentences``) of
+the whole update summed over micro-batches and DDP ranks. That factor undoes Lightning's division
+of each micro-batch loss by accumulate_grad_batches and DDP's averaging over ranks, leaving
+sum-of-gradients / total tokens, fairseq's normalisation. Gradient clipping (the Trainer's
+``gradient_clip_val``, norm algorithm) comes after it, in `configure_gradient_clipping`, which
+also records the gradient norm.
+
+Logged figures (losses in base 2, as fairseq prints them):
+
+- every update (``train/...``): loss, nll_loss, ppl, wps (target tokens/s), ups (updates/s),
+  wpb (target tokens per update), bsz (sentences per update), lr, gnorm (before clipping),
+  clip (1 if clipped, else 0);
+- every epoch (``train_epoch/...``): the same over the epoch, clip as the fraction of clipped
+  updates, and time (the epoch's wall time, validation included);
+- after each validation (``valid/...``) and test (``test/...``): loss, nll_loss, ppl.
+
+Only plain values are saved as hyperparameters (dicts, lists, strings, numbers; the dictionaries
+as lists of symbols), so ``ConvSeqModule.load_from_checkpoint(path)`` works with torch's default
+``weights_only=True`` in a fresh process without the data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from convseq.checkpoints.io import is_refused, read_error
+from convseq.data.dictionary import Dictionary
+from convseq.errors import CheckpointError
+from convseq.inference.loading import TEXT_KEY
+from convseq.inference.translator import Translator, translator_of
+from convseq.models.fconv import FConvModel
+from convseq.optim.build import build_optimizer
+from convseq.training.criterion import LabelSmoothedCrossEntropy
+from convseq.training.figures import (
+    CLIPPED,
+    GNORM,
+    LN2,
+    LOSS,
+    NLL,
+    NSENT,
+    NTOKENS,
+    NUM_EPOCH_SUMS,
+    NUM_SUMS,
+    SAMPLE,
+    epoch_figures,
+    figures,
+    plain,
+)
+from convseq.training.nonfinite import non_finite_error
+
+STATE_KEY = "convseq"  # the module's own entry in a checkpoint
+
+
+class ConvSeqModule(pl.LightningModule):
+    """fconv translation model trained with label-smoothed cross entropy.
+
+    Args:
+        model: the `model` config group (FConvConfig keys) as plain values.
+        src_vocab: the source dictionary's symbols (`Dictionary.to_list()`).
+        tgt_vocab: the target dictionary's symbols.
+        optim: the `optim` config group (OptimConfig keys); used by `configure_optimizers`.
+        criterion: the `criterion` config group (label_smoothing, normalize).
+    """
+
+    def __init__(
+        self,
+        model: Mapping[str, Any],
+        src_vocab: Sequence[str],
+        tgt_vocab: Sequence[str],
+        optim: Mapping[str, Any] | None = None,
+        criterion: Mapping[str, Any] | None = None,
+    ):
+        super().__init__()
+        model = dict(plain(model))
+        optim = dict(plain(optim) or {"name": "nag"})
+        criterion = dict(plain(criterion) or {})
+        src_vocab = [str(s) for s in src_vocab]
+        tgt_vocab = [str(s) for s in tgt_vocab]
+        # Not sent to loggers: the vocabularies would flood hparams.yaml.
+        self.save_hyperparameters(logger=False)
+        self.src_dict = Dictionary.from_list(src_vocab)
+        self.tgt_dict = Dictionary.from_list(tgt_vocab)
+        pad = self.tgt_dict.pad()
+        if self.src_dict.pad() != pad:
+            raise CheckpointError("source and target dictionaries disagree on the pad symbol")
+        self.model = FConvModel.build(model, len(src_vocab), len(tgt_vocab), padding_idx=pad)
+        self.criterion = LabelSmoothedCrossEntropy.from_config(criterion, padding_idx=pad)
+
+        # Figures of the update being accumulated, of the current epoch, and of the last update.
+        self._update_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        self._epoch_sums = torch.zeros(NUM_EPOCH_SUMS, dtype=torch.float64)
+        self._epoch_updates = 0
+        self._epoch_lr = math.nan  # lr the epoch started with
+        self._epoch_train_seconds = 0.0  # time spent in updates this epoch (before this process)
+        self._epoch_wall_carry = 0.0  # epoch wall time before this process (resumed mid-epoch)
+        self._total_carry = 0.0  # training wall time of earlier processes (resumed runs)
+        self._gnorm = torch.zeros(())
+        self._last_update = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        self._clipped = torch.zeros(())
+        self._t_update = self._t_epoch = self._t_fit = time.perf_counter()
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
+        # Per-epoch records (1-based epoch, lr, train and valid figures, seconds), checkpointed.
+        self.history: list[dict[str, float]] = []
+        self.valid_epoch: int | None = None  # Lightning epoch (0-based) of the last validation
+        self.valid_loss: float | None = None
+        self.test_figures: dict[str, float] = {}
+        # Extra validation figures set by callbacks before on_validation_epoch_end (valid/bleu).
+        self.valid_extra: dict[str, float] = {}
+        # The training data's segmentation (convseq.loading.text_processing), kept in checkpoints
+        # so that raw text can be translated from the checkpoint alone.
+        self.text_processing: dict | None = None
+        self._last_batch: dict | None = None
+
+    # -- model ----------------------------------------------------------------------------------
+    def forward(
+        self,
+        src_tokens: torch.Tensor,
+        src_lengths: torch.Tensor,
+        prev_output_tokens: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher-forced (B, T, V) logits and attention (see `FConvModel.forward`)."""
+        return self.model(src_tokens, src_lengths, prev_output_tokens)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return build_optimizer(self.model.parameters(), self.hparams.optim)
+
+    def _batch_sums(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's summed loss (with graph) and its float64 [sample, ntok, nsent, loss, nll]."""
+        logits, _ = self.model(**batch["net_input"])  # (B, T, V)
+        out = self.criterion(logits, batch["target"])
+        size = self.criterion.sample_size(out)
+        row = [size, out.ntokens, out.nsentences, out.loss.detach(), out.nll_loss.detach()]
+        dev = out.loss.device
+        sums = torch.stack(
+            [torch.as_tensor(v, dtype=torch.float64, device=dev) for v in row]
+        )  # (5,)
+        if batch.get("is_dummy", False):
+            # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
+            return out.loss * 0.0, torch.zeros_like(sums)
+        return out.loss, sums
+
+    # -- training -------------------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self._last_batch = batch  # a reference only: re-run to name the module if a NaN appears
+        loss, sums = self._batch_sums(batch)
+        if self._update_sums.device != sums.device:
+            self._update_sums = self._update_sums.to(sums.device)
+        self._update_sums += sums
+        return loss  # summed over tokens; the gradients are normalised before the step
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the accumulated gradients by the update's sample size (all ranks)."""
+        sums = self._update_sums
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
+        self._update_sums = torch.zeros_like(sums)
+        self._last_update = sums
+        size = sums[SAMPLE]  # () tokens (or sentences) of the whole update, all ranks
+        factor = self.trainer.accumulate_grad_batches * self.trainer.world_size
+        # 0 when the whole update held no target token (only possible with dummy batches).
+        scale = torch.where(size > 0, factor / size.clamp(min=1.0), torch.zeros_like(size))
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale.to(grads[0].dtype))
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the (normalised) gradient norm to `gradient_clip_val` and record the norm."""
+        if gradient_clip_algorithm not in (None, "norm"):
+            raise ValueError(f"convseq clips by norm only, got {gradient_clip_algorithm!r}")
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        clip = float(gradient_clip_val or 0.0)
+        # The norm first, then the check, then clipping (what clip_grad_norm_ does in one call):
+        # a failing update's gradients stay as they were, so the bad parameters can be named.
+        gnorm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        loss = self._last_update[LOSS].to(gnorm.device)
+        # One host sync per update, as fairseq's own check (gradient norm and loss together).
+        gnorm_ok, loss_ok = torch.isfinite(torch.stack([gnorm.double(), loss])).tolist()
+        if not gnorm_ok and getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            # 16-mixed: an overflow; the GradScaler skips this step and lowers its scale.
+            self._gnorm = torch.zeros((), dtype=torch.float64, device=gnorm.device)
+            self._clipped = torch.zeros_like(self._gnorm)
+            return
+        if not (gnorm_ok and loss_ok):
+            raise non_finite_error(self, gnorm, loss, gnorm_ok)
+        if clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(params, clip, gnorm)
+        self._gnorm = gnorm.detach().double()
+        self._clipped = (gnorm > clip).double() if clip > 0 else torch.zeros_like(self._gnorm)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure=None):
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        now = time.perf_counter()
+        seconds, self._t_update = now - self._t_update, now
+        self._epoch_train_seconds += seconds
+        sums = self._last_update
+        if self._epoch_sums.device != sums.device:
+            self._epoch_sums = self._epoch_sums.to(sums.device)
+        self._epoch_sums[:NUM_SUMS] += sums
+        self._epoch_sums[GNORM] += self._gnorm
+        self._epoch_sums[CLIPPED] += self._clipped
+        self._epoch_updates += 1
+        self._log_update(sums, seconds, optimizer.param_groups[0]["lr"])
+
+    def _log_update(self, sums: torch.Tensor, seconds: float, lr: float) -> None:
+        """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
+        size, ntok = sums[SAMPLE].clamp(min=1.0), sums[NTOKENS].clamp(min=1.0)
+        loss = sums[LOSS] / size / LN2
+        nll = sums[NLL] / ntok / LN2
+        seconds = max(seconds, 1e-9)
+        # batch_size only silences Lightning's guess: per-step values are not averaged.
+        self.log_dict(
+            {"train/loss": loss.float(), "train/ppl": torch.pow(2.0, nll).float()},
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            batch_size=1,
+        )
+        self.log_dict(
+            {
+                "train/nll_loss": nll.float(),
+                "train/wps": (sums[NTOKENS] / seconds).float(),
+                "train/ups": 1.0 / seconds,
+                "train/wpb": sums[NTOKENS].float(),
+                "train/bsz": sums[NSENT].float(),
+                "train/lr": float(lr),
+                "train/gnorm": self._gnorm.float(),
+                "train/clip": self._clipped.float(),
+            },
+            on_step=True,
+            on_epoch=False,
+            batch_size=1,
+        )
+
+    def on_train_start(self) -> None:
+        now = time.perf_counter()
+        self._t_fit = self._t_update = self._t_epoch = now
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_sums = torch.zeros_like(self._epoch_sums)
+        self._epoch_updates = 0
+        self._epoch_train_seconds = 0.0
+        self._epoch_wall_carry = 0.0
+        self._t_epoch = self._t_update = time.perf_counter()
+        self._epoch_lr = float(self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_epoch_end(self) -> None:
+        wall = self._epoch_wall_carry + time.perf_counter() - self._t_epoch
+        record = epoch_figures(
+            self._epoch_sums.tolist(),
+            self._epoch_updates,
+            self._epoch_train_seconds,
+            wall,
+            self._epoch_lr,
+        )
+        self.log_dict(record, on_step=False, on_epoch=True, batch_size=1)
+        entry = {"epoch": self.current_epoch + 1, "updates": self.global_step, **record}
+        if self.valid_epoch == self.current_epoch and self.valid_loss is not None:
+            entry.update(self._valid_record)
+        self.history.append(entry)
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def _eval_step(self, batch: dict) -> None:
+        if batch.get("is_dummy", False):
+            return  # a repeat that evens out ranks: never counted
+        _, sums = self._batch_sums(batch)
+        if self._valid_sums.device != sums.device:
+            self._valid_sums = self._valid_sums.to(sums.device)
+        self._valid_sums += sums
+
+    def _eval_figures(self, prefix: str) -> dict[str, float]:
+        sums = self._valid_sums
+        if self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
+        return figures(sums.tolist(), prefix)
+
+    def on_validation_epoch_start(self) -> None:
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        record = self._eval_figures("valid")
+        record.update(self.valid_extra)
+        self.valid_extra = {}
+        self.log_dict(record, prog_bar=True, batch_size=1)
+        self.valid_epoch = self.current_epoch
+        self.valid_loss = record["valid/loss"]
+        self._valid_record = record
+
+    def on_test_epoch_start(self) -> None:
+        self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self.test_figures = self._eval_figures("test")
+        self.log_dict(self.test_figures, batch_size=1)
+
+    # -- generation -----------------------------------------------------------------------------
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+        """Per sentence of the batch: its id and n-best hypotheses (tokens, detokenised text,
+        scores, alignment), searched with `translator().options` (see `convseq.translator`).
+        Sort trainer.predict's output with `convseq.translator.in_input_order`."""
+        return self.translator().translate_batch(batch)
+
+    def translator(self) -> Translator:
+        """This model as a `convseq.translator.Translator` (its `options` set the search)."""
+        return translator_of(self)
+
+    def translate(self, sentences: str | Sequence[str], **options: Any) -> str | list:
+        """Translate raw text (see `Translator.translate`): ``translate(["..."], beam=5)``."""
+        return self.translator().translate(sentences, **options)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def training_seconds(self) -> float:
+        """Wall time spent in `fit` so far, over every process of a resumed run."""
+        return self._total_carry + time.perf_counter() - self._t_fit
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        checkpoint[STATE_KEY] = {
+            "epoch_sums": self._epoch_sums.detach().cpu().clone(),
+            "epoch_updates": int(self._epoch_updates),
+            "epoch_lr": float(self._epoch_lr),
+            "epoch_train_seconds": float(self._epoch_train_seconds),
+            "epoch_wall_seconds": float(self._epoch_wall_carry + now - self._t_epoch),
+            "total_seconds": float(self._total_carry + now - self._t_fit),
+            "history": [dict(h) for h in self.history],
+        }
+        if self.text_processing is not None:
+            checkpoint[TEXT_KEY] = self.text_processing
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.text_processing = checkpoint.get(TEXT_KEY, self.text_processing)
+        state = checkpoint.get(STATE_KEY)
+        if state is None:
+            return
+        self._epoch_sums = state["epoch_sums"].to(torch.float64).clone()
+        self._epoch_updates = int(state["epoch_updates"])
+        self._epoch_lr = float(state["epoch_lr"])
+        self._epoch_train_seconds = float(state["epoch_train_seconds"])
+        self._epoch_wall_carry = float(state["epoch_wall_seconds"])
+        self._total_carry = float(state["total_seconds"])
+        self.history = [dict(h) for h in state["history"]]
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls, checkpoint_path: str, map_location: Any = None, **kwargs: Any
+    ) -> ConvSeqModule:
+        """Load a trained module, weights-only; a bad file raises CheckpointError naming it.
+
+        `weights_only` is always True: a file whose pickle references anything but tensors and
+        plain values is refused, never unpickled (whatever torch's environment variables say).
+        """
+        if kwargs.pop("weights_only", True) is not True:
+            raise ValueError("convseq loads checkpoints weights-only (weights_only=True) only")
+        if not os.path.isfile(checkpoint_path):
+            raise CheckpointError(f"{checkpoint_path}: no such checkpoint file")
+        try:
+            return super().load_from_checkpoint(
+                checkpoint_path, map_location=map_location, weights_only=True, **kwargs
+            )
+        except Exception as e:  # weights-only loading ran no code from the file
+            if is_refused(e):
+                raise read_error(checkpoint_path, e) from None
+            lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()][:2]
+            raise CheckpointError(
+                f"{checkpoint_path}: cannot load a ConvSeqModule: not a convseq checkpoint, or a "
+                f"damaged one ({type(e).__name__}: {' '.join(lines)[:300]}); convseq checkpoints "
+                "come from task=train (last.ckpt, best.ckpt) or task=import_fairseq"
+            ) from e
