@@ -1,6 +1,6 @@
 """One epoch of DDP training on CPU (2 processes, gloo) that records what each rank did.
 
-Run by tests/test_ddp.py in a subprocess, never inside pytest: Lightning's DDP launcher starts
+Run by tests/training/test_ddp.py in a subprocess, never inside pytest: Lightning's DDP launcher starts
 rank 1 by re-running this command line.
 
     python tests/ddp_script.py CORPUS_DIR CACHE_DIR OUTPUT_DIR RECORD_DIR

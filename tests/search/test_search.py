@@ -30,7 +30,7 @@ from convseq.search.history import History
 
 PAD, EOS, UNK = 1, 2, 3
 V_SRC, V_TGT = 30, 40
-SEARCH_DIR = Path(__file__).resolve().parents[1] / "src" / "convseq" / "search"
+SEARCH_DIR = Path(__file__).resolve().parents[2] / "src" / "convseq" / "search"
 
 SMALL = dict(
     encoder_embed_dim=16,

@@ -13,7 +13,7 @@ import pytest
 from convseq.inference.translator import Translator
 from tests.generation_utils import FAST_GEN, subprocess_env, tiny_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120  # seconds to wait for one answer (the first includes start-up on a busy machine)
 
 

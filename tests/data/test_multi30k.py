@@ -15,9 +15,9 @@ from omegaconf import OmegaConf
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import ensure_databin
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CORPUS = DATA / "multi30k"
-CONF = Path(__file__).resolve().parents[1] / "conf" / "data" / "multi30k.yaml"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "data" / "multi30k.yaml"
 
 pytestmark = pytest.mark.skipif(
     not (CORPUS / "train.de").is_file(), reason=f"Multi30k not found at {CORPUS}"

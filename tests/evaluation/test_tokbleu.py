@@ -11,7 +11,7 @@ import sacrebleu
 from convseq.errors import DataError
 from convseq.evaluation.tokbleu import MosesPipeline, main, pipeline_matches, score_files, tok_bleu
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 MULTI30K = DATA / "multi30k"
 
 

@@ -13,7 +13,7 @@ from convseq.models.config import FConvConfig
 from convseq.models.fconv import FConvModel
 from convseq.models.spec import parse_layers
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 V_SRC, V_TGT = 1000, 1200  # small vocabularies keep the literals checkable by hand
 
 # fairseq/models/fconv.py:699-756 (reference section 1.1); dropout and max positions are the

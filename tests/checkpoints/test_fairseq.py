@@ -33,7 +33,7 @@ from tests.fairseq_ckpt_factory import (
     write_dict,
 )
 
-CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 SQRT_HALF = np.sqrt(0.5)
 
 # -- a one-layer model with hand-set weights ----------------------------------------------------
@@ -449,7 +449,7 @@ class _WritesOnSetstate:
     [
         (_RunsCommand, "system"),
         (_RunsPython, "builtins.exec"),
-        (_WritesOnSetstate, "tests.test_interop._WritesOnSetstate"),
+        (_WritesOnSetstate, "tests.checkpoints.test_fairseq._WritesOnSetstate"),
     ],
 )
 @pytest.mark.parametrize("zip_format", [True, False])
