@@ -16,13 +16,15 @@ from tests.conftest import compose_config
 from tests.training_utils import QUIET, TINY_MODEL, summary, tiny_config
 
 # Valid loss (label-smoothed, base 2) after 2 epochs (268 updates) of the recipe, seed 1:
-# 6.652 in two recipe runs (docs/multi30k.md). The first 268 updates of a CPU run are
+# 6.652 in convseq's own full de->en runs of the recipe on this project's 2-core machines (the
+# reference run of docs/multi30k.md, whose curves it shows; not a figure from a paper). The first 268 updates of a CPU run are
 # deterministic up to the threads' summation order, so the margin is for other machines.
 VALID_LOSS_AFTER_2_EPOCHS = 6.65
 MARGIN = 0.15
 
 
-def test_the_recipe_holds_the_published_settings(tmp_path):
+def test_the_recipe_holds_fairseqs_settings(tmp_path):
+    """fairseq's fconv_iwslt_de_en recipe, as docs/multi30k.md lists it."""
     cfg = to_plain(compose_config(["experiment=multi30k_fconv"], output_dir=str(tmp_path)))
     assert cfg["data"]["name"] == "multi30k"
     assert cfg["data"]["subword"] == {**cfg["data"]["subword"], "type": "bpe", "joint": True}
@@ -140,7 +142,8 @@ def test_a_run_without_final_test_never_evaluates_on_test(tiny_data, tmp_path, m
 
 @pytest.mark.slow
 def test_the_multi30k_recipe_learns(shared_data, tmp_path, monkeypatch):
-    """Two epochs (268 updates) of the real recipe; the valid loss reaches the published curve."""
+    """Two epochs (268 updates) of the real recipe; the valid loss gets as low as in convseq's
+    reference runs of the recipe (VALID_LOSS_AFTER_2_EPOCHS)."""
     from convseq.tasks.train import train
 
     monkeypatch.setenv("CONVSEQ_DATA_ROOT", str(shared_data))
