@@ -1,7 +1,7 @@
 """Checkpoints a stranger hands over: damaged, foreign, booby-trapped or of another model.
 
 Every loader convseq has (`load_checkpoint`, `ConvSeqModule.load_from_checkpoint`, the Trainer's
-checkpoint IO, `resume=`, and `convseq.loading.load_any` behind generation's `ckpt=`) must refuse them with a CheckpointError naming the file, run nothing
+checkpoint IO, `resume=`, and `convseq.inference.loading.load_any` behind generation's `ckpt=`) must refuse them with a CheckpointError naming the file, run nothing
 from the file, and leave the run it was asked to continue as it was.
 """
 

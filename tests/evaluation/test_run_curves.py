@@ -1,4 +1,4 @@
-"""convseq.run_plots over hand-made run folders: the plotted numbers, the figure, the PNG, errors."""
+"""convseq.evaluation.run_curves over hand-made run folders: the plotted numbers, the figure, the PNG, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""convseq.tokbleu: the Moses pipeline of Multi30k's tok/ files, and BLEU over tokenised text."""
+"""convseq.evaluation.tokbleu: the Moses pipeline of Multi30k's tok/ files, and BLEU over tokenised text."""
 
 from __future__ import annotations
 

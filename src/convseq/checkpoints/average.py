@@ -83,7 +83,7 @@ def _state_dict(ckpt: Mapping[str, Any], path: Path) -> Mapping[str, torch.Tenso
     if not isinstance(sd, Mapping) or not isinstance(hp, Mapping) or "model" not in hp:
         raise CheckpointError(
             f"{path}: not a convseq training checkpoint (no state_dict and model "
-            "hyperparameters); fairseq checkpoints are read by convseq.interop instead"
+            "hyperparameters); fairseq checkpoints are read by convseq.checkpoints.fairseq instead"
         )
     return sd
 

@@ -73,7 +73,7 @@ def load_fairseq(
     """Build a convseq FConvModel from a fairseq fconv checkpoint.
 
     The checkpoint is read with ``torch.load(weights_only=True)`` and an allowlist of exactly
-    the globals fairseq writes (see `convseq.interop.safe_load`); nothing in it is executed.
+    the globals fairseq writes (see `convseq.checkpoints.safe_load`); nothing in it is executed.
     Both the ``args`` (Namespace) and the ``cfg`` (OmegaConf or plain) forms are read, as are
     files from before 2018 whose decoder convolutions use the old per-tap weight norm.
 

@@ -2,7 +2,7 @@
 
 A Hydra multirun (`python run.py -m optim=nag,sgd anneal=plateau,force`) leaves one folder per
 job under `hydra.sweep.dir`, each with `.hydra/overrides.yaml` and, once train() finished,
-`summary.json` (see `convseq.train`). `write_report(sweep_dir)` reads them and writes, into the
+`summary.json` (see `convseq.tasks.train`). `write_report(sweep_dir)` reads them and writes, into the
 sweep folder:
 
 - `sweep_report.md` and `sweep_report.csv`: per job the overrides, total training wall time,

@@ -18,7 +18,7 @@ Multi30k's raw test, valid and train files (both languages):
 
 CLI::
 
-    python -m convseq.tokbleu outputs/run/generate-test.txt data/multi30k/tok/test.en --lang en
+    python -m convseq.evaluation.tokbleu outputs/run/generate-test.txt data/multi30k/tok/test.en --lang en
 """
 
 from __future__ import annotations
@@ -215,9 +215,9 @@ def pipeline_matches(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m convseq.tokbleu HYP_FILE REF_TOK_FILE --lang en``."""
+    """``python -m convseq.evaluation.tokbleu HYP_FILE REF_TOK_FILE --lang en``."""
     parser = argparse.ArgumentParser(
-        prog="python -m convseq.tokbleu",
+        prog="python -m convseq.evaluation.tokbleu",
         description="Lowercased Moses-tokenized BLEU (as published Multi30k numbers) of "
         "detokenised hypotheses against a Moses-tokenised reference.",
     )

@@ -87,7 +87,7 @@ def load_any(
 ) -> LoadedModel:
     """Read a convseq checkpoint (a run folder: its best.ckpt) or a fairseq fconv checkpoint.
 
-    Both are read with ``weights_only=True`` (fairseq's through convseq.interop's allowlist);
+    Both are read with ``weights_only=True`` (fairseq's through convseq.checkpoints.safe_load's allowlist);
     nothing in the file runs.
     """
     path = Path(path)

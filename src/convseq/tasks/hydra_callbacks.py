@@ -1,6 +1,6 @@
 """Hydra callbacks registered in conf/config.yaml (`hydra.callbacks`).
 
-`SweepReport` writes the sweep's summary (`convseq.report.write_report`) into `hydra.sweep.dir`
+`SweepReport` writes the sweep's summary (`convseq.evaluation.report.write_report`) into `hydra.sweep.dir`
 once every job of a multirun has returned, and refuses to start a multi-process DDP job under a
 local launcher (exit status 2; Lightning's DDP launcher re-executes the command line, `-m` and its sweep
 included, in every extra process: each would start a sweep of its own).
@@ -52,7 +52,7 @@ class SweepReport(Callback):
 
     Args:
         enabled: write the report at the end of every multirun.
-        test: also list test figures (see `convseq.report.write_report`).
+        test: also list test figures (see `convseq.evaluation.report.write_report`).
     """
 
     def __init__(self, enabled: bool = True, test: bool = False) -> None:

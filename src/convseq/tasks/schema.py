@@ -154,7 +154,7 @@ class GenConfig:
 
 @dataclass
 class CompareConfig:
-    """`task=compare`: paired bootstrap resampling between systems' translations (convseq.compare)."""
+    """`task=compare`: paired bootstrap resampling between systems' translations (convseq.tasks.compare)."""
 
     runs: list[str] = field(default_factory=list)  # run folders or hypothesis files, baseline first
     split: str = "test"  # run folders: their generate-<split>.txt

@@ -118,7 +118,7 @@ class ConvSeqModule(pl.LightningModule):
         self.test_figures: dict[str, float] = {}
         # Extra validation figures set by callbacks before on_validation_epoch_end (valid/bleu).
         self.valid_extra: dict[str, float] = {}
-        # The training data's segmentation (convseq.loading.text_processing), kept in checkpoints
+        # The training data's segmentation (convseq.inference.loading.text_processing), kept in checkpoints
         # so that raw text can be translated from the checkpoint alone.
         self.text_processing: dict | None = None
         self._last_batch: dict | None = None
@@ -320,12 +320,12 @@ class ConvSeqModule(pl.LightningModule):
     # -- generation -----------------------------------------------------------------------------
     def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
         """Per sentence of the batch: its id and n-best hypotheses (tokens, detokenised text,
-        scores, alignment), searched with `translator().options` (see `convseq.translator`).
-        Sort trainer.predict's output with `convseq.translator.in_input_order`."""
+        scores, alignment), searched with `translator().options` (see `convseq.inference.translator`).
+        Sort trainer.predict's output with `convseq.inference.records.in_input_order`."""
         return self.translator().translate_batch(batch)
 
     def translator(self) -> Translator:
-        """This model as a `convseq.translator.Translator` (its `options` set the search)."""
+        """This model as a `convseq.inference.translator.Translator` (its `options` set the search)."""
         return translator_of(self)
 
     def translate(self, sentences: str | Sequence[str], **options: Any) -> str | list:

@@ -44,7 +44,7 @@ class AttentionMap:
 
 
 def attention_map(record: Mapping[str, Any]) -> AttentionMap:
-    """The heatmap data of a translation record's best hypothesis (see `convseq.translator`).
+    """The heatmap data of a translation record's best hypothesis (see `convseq.inference.translator`).
 
     Raises:
         ConvseqError: the record holds no attention (the search ran with ``need_attn`` off), or
