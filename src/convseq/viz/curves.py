@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convseq.viz.canvas import save_png
+from convseq.viz.canvas import label_epoch_panels, save_png
 
 __all__ = ["finite_points", "plot_curves"]
 
@@ -54,13 +54,7 @@ def plot_curves(curves: Sequence[dict[str, Any]], path: str | os.PathLike, title
         positive = [(a, b) for a, b in zip(x, y) if b > 0]
         any_lr = any_lr or bool(positive)
         ax_lr.plot([a for a, _ in positive], [b for _, b in positive], marker="o", markersize=3)
-    ax_loss.set(xlabel="epoch", ylabel="validation loss (bits/token)", title="validation loss")
-    ax_lr.set(xlabel="epoch", ylabel="learning rate", title="learning rate (start of epoch)")
-    if any_lr:
-        ax_lr.set_yscale("log")  # annealing multiplies lr: equal steps on a log axis
-    for ax in (ax_loss, ax_lr):
-        ax.grid(True, alpha=0.3)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+    label_epoch_panels(ax_loss, ax_lr, log_lr=any_lr)
     if curves:
         ax_loss.legend(fontsize="small", loc="best")
     if title:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convseq.viz.canvas import save_png
+from convseq.viz.canvas import label_epoch_panels, save_png
 from convseq.viz.curves import finite_points
 
 if TYPE_CHECKING:
@@ -85,14 +85,8 @@ def draw_runs(
             mark_minutes, 0.02, f" {mark_minutes:g} min", transform=ax_bleu.get_xaxis_transform()
         )
     ax_bleu.set(xlabel="training minutes (cumulative)", ylabel="BLEU", title="validation BLEU")
-    ax_loss.set(xlabel="epoch", ylabel="validation loss (bits/token)", title="validation loss")
-    ax_lr.set(xlabel="epoch", ylabel="learning rate", title="learning rate (start of epoch)")
-    if any_lr:
-        ax_lr.set_yscale("log")  # annealing multiplies lr: equal steps on a log axis
-    for ax in (ax_bleu, ax_loss, ax_lr):
-        ax.grid(True, alpha=0.3)
-    for ax in (ax_loss, ax_lr):
-        ax.xaxis.get_major_locator().set_params(integer=True)
+    label_epoch_panels(ax_loss, ax_lr, log_lr=any_lr)
+    ax_bleu.grid(True, alpha=0.3)
     if curves:
         ax_bleu.legend(fontsize="small", loc="best")
     if title:
