@@ -29,6 +29,7 @@ from convseq.errors import CheckpointError, DataError
 from convseq.inference.options import GenOptions
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import best_texts, in_input_order
+from convseq.inference.sharding import BatchList, gather_objects, rank_and_world, shard
 from convseq.inference.translator import Translator
 
 log = logging.getLogger(__name__)
@@ -75,13 +76,18 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
 
 
 def split_loader(
-    translator: Translator, databin: DataBin, split: str, gen: Mapping[str, Any]
+    translator: Translator,
+    databin: DataBin,
+    split: str,
+    gen: Mapping[str, Any],
+    shard_of: tuple[int, int] = (0, 1),
 ) -> DataLoader:
     """Batches of the split's sources, by ``gen.max_tokens`` and/or ``gen.batch_size``.
 
     With the data-bin's own dictionaries the binarised split is used as it is; other models (a
     fairseq checkpoint, another data-bin's model) get the split's raw source text encoded with
-    their own segmentation and dictionary.
+    their own segmentation and dictionary. ``shard_of=(rank, world)`` keeps that rank's share
+    of the one-process batch list (`convseq.inference.sharding`): the same batches, split up.
     """
     max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
     if max_tokens is None and batch_size is None:
@@ -118,35 +124,65 @@ def split_loader(
         overlong="error",
         name=split,
     )
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=dataset.collater)
+    batches = BatchList(shard(list(sampler), *shard_of))  # one process' batches, every world-th
+    return DataLoader(dataset, batch_sampler=batches, collate_fn=dataset.collater)
 
 
 class GenerationModule(pl.LightningModule):
-    """A Translator as a LightningModule, for ``trainer.predict`` (device placement, loops).
+    """A Translator as a LightningModule, for ``trainer.predict`` on one device or several.
+
+    Each rank translates its share of the split (`split_loader` with its rank) and keeps its
+    records; at the end of the predict epoch every rank holds all records, in input order
+    (`records`), gathered while the process group is still up.
 
     Args:
         translator: the models (one, or an ensemble), dictionaries and segmentation.
         options: the search settings.
-        profiler: optional `GenerationProfiler` (its timer is passed to the search).
+        databin, split, gen: what `predict_dataloader` batches (`split_loader`'s arguments).
+        profiler: optional `GenerationProfiler` (its timer is passed to the search); it times
+            this rank's share only.
     """
 
     def __init__(
         self,
         translator: Translator,
         options: GenOptions,
+        databin: DataBin,
+        split: str,
+        gen: Mapping[str, Any],
         profiler: GenerationProfiler | None = None,
     ):
         super().__init__()
         self.translator = translator
         self.members = nn.ModuleList(translator.models)  # registered: Lightning moves them
         self.options = options
+        self.databin, self.split, self.gen = databin, split, dict(gen)
         self.profiler_ = profiler
+        self.records: list[dict] = []
+        self._mine: list[dict] = []
 
-    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> list[dict]:
+    def predict_dataloader(self) -> DataLoader:
+        # built here, once the ranks are known (Lightning starts them after the module exists)
+        world = self.trainer.world_size
+        return split_loader(
+            self.translator, self.databin, self.split, self.gen, (self.global_rank, world)
+        )
+
+    def on_predict_epoch_start(self) -> None:
+        self._mine, self.records = [], []
+
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.profiler_ is None:
-            return self.translator.translate_batch(batch, self.options)
+            self._mine.extend(self.translator.translate_batch(batch, self.options))
+            return
         with self.profiler_.step():
-            return self.translator.translate_batch(batch, self.options, self.profiler_.timer)
+            self._mine.extend(
+                self.translator.translate_batch(batch, self.options, self.profiler_.timer)
+            )
+
+    def on_predict_epoch_end(self) -> None:
+        self.records = in_input_order(gather_objects(self._mine))
+        self._mine = []
 
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.profiler_ is not None:
@@ -160,16 +196,23 @@ class GenerationModule(pl.LightningModule):
 
 
 def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = False) -> pl.Trainer:
-    """A one-device Trainer for trainer.predict (no logger, no checkpoints)."""
+    """A Trainer for trainer.predict (no logger, no checkpoints) on ``trainer.devices`` devices.
+
+    With several devices (``trainer.strategy=ddp``, or ``trainer=ddp``) each rank translates its
+    share of the split; `GenerationModule` gathers the records.
+    """
     tcfg = dict(trainer_cfg or {})
     return pl.Trainer(
         accelerator=tcfg.get("accelerator", "cpu"),
-        devices=1,  # generation runs on one device: outputs never need gathering across ranks
+        devices=tcfg.get("devices", 1),
+        num_nodes=int(tcfg.get("num_nodes", 1) or 1),
+        strategy=tcfg.get("strategy", "auto") or "auto",
         precision=tcfg.get("precision", "32-true"),
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress,
+        use_distributed_sampler=False,  # split_loader shards the batches itself
     )
 
 
@@ -180,11 +223,17 @@ def translate_split(
     gen: Mapping[str, Any],
     options: GenOptions | None = None,
 ) -> list[str]:
-    """The best translation of every sentence of ``split``, in input order (no Trainer: usable
-    inside training callbacks)."""
-    loader = split_loader(translator, databin, split, gen)
-    records = []
+    """The best translation of every sentence of ``split``, in input order, on every rank.
+
+    No Trainer: usable inside training hooks. In a distributed run each rank translates its
+    share of the batches (on the device its models are on) and the texts are gathered; the
+    result is the one-process result on every rank.
+    """
+    loader = split_loader(translator, databin, split, gen, rank_and_world())
+    mine = []
     with torch.inference_mode():
         for batch in loader:
-            records.extend(translator.translate_batch(batch, options))
-    return best_texts(in_input_order(records), len(databin.text(split, "tgt")))
+            for r in translator.translate_batch(batch, options):
+                mine.append({"id": r["id"], "hypotheses": [{"text": r["hypotheses"][0]["text"]}]})
+    records = in_input_order(gather_objects(mine))  # only ids and texts cross processes
+    return best_texts(records, len(databin.text(split, "tgt")))

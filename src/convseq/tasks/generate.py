@@ -20,6 +20,10 @@ Files written into ``gen.output`` (default: the run folder), for split ``S``:
 
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
 never with references rebuilt from the binarised data.
+
+With ``trainer.devices=N`` and ``trainer.strategy=ddp`` (N GPUs, or N processes on the CPU) the
+ranks translate the one-process batches in turn (`convseq.inference.sharding`), the records are
+gathered in input order, and rank 0 writes exactly the files of a one-process run.
 """
 
 from __future__ import annotations
@@ -40,14 +44,12 @@ from convseq.inference.generation import (
     checkpoint_paths,
     load_translator,
     predict_trainer,
-    split_loader,
 )
 from convseq.inference.options import GenerationError
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import (
     best_texts,
     generated_tokens,
-    in_input_order,
     speed_line,
     write_nbest,
 )
@@ -67,9 +69,8 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
     translator = load_translator(cfg, databin)
     refs = databin.text(split, "tgt")
-    loader = split_loader(translator, databin, split, gen)
     profiler = GenerationProfiler(translator.models) if gen.get("profile") else None
-    module = GenerationModule(translator, translator.options, profiler)
+    module = GenerationModule(translator, translator.options, databin, split, gen, profiler)
     trainer = predict_trainer(cfg.get("trainer"))
     # split_loader's sampler yields every index exactly once (shuffle off, nothing dropped)
     warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
@@ -77,12 +78,15 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if profiler is not None:
         profiler.start()
     t0 = time.perf_counter()
-    predictions = trainer.predict(module, dataloaders=loader)
+    # each rank translates its share; the module gathers every record, in input order
+    trainer.predict(module, return_predictions=False)
     seconds = time.perf_counter() - t0
+    if not trainer.is_global_zero:
+        return {"split": split, "sentences": len(module.records)}  # rank 0 writes and scores
     if profiler is not None:
         profiler.predict_done()
     with profiler.phase("detok") if profiler is not None else _nothing():
-        records = in_input_order(predictions or [])
+        records = module.records
         hyps = best_texts(records, len(refs))
     with profiler.phase("scoring") if profiler is not None else _nothing():
         scores = corpus_scores(hyps, refs, tokenize=str(gen.get("tokenize", "13a")))
@@ -108,6 +112,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "options": translator.options.search_kwargs(),
         "max_tokens": gen.get("max_tokens"),
         "batch_size": gen.get("batch_size"),
+        "devices": trainer.world_size,
     }
     if attention_pngs:
         result["attention_plots"] = [str(p) for p in attention_pngs]

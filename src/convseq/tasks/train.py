@@ -58,7 +58,7 @@ from convseq.training.callbacks import TrainingInterrupted
 from convseq.training.figures import plain
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
-from convseq.training.valid_bleu import model_scores
+from convseq.training.valid_bleu import TestBleu
 
 __all__ = ["run_train", "train"]
 
@@ -158,22 +158,19 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         # a fast_dev_run tests the weights in memory, other runs best.ckpt's
         ckpt_path = None if trainer.fast_dev_run else (best_path or None)
         trainer.test(module, datamodule=dm, ckpt_path=ckpt_path, verbose=False)
-    gen = cfg.get("gen") or {}
     test_hypotheses: Path | None = None
-    if (
-        evaluate
-        and not trainer.fast_dev_run  # a smoke test: one batch, no full translation
-        and gen.get("test_bleu", True)
-        and trainer.is_global_zero
-    ):
-        # the module holds the weights just tested (best.ckpt's)
-        scores, hyps = model_scores(module, dm.databin, "test", gen)
+    test_bleu = cbs.get("test_bleu")
+    if evaluate and isinstance(test_bleu, TestBleu) and test_bleu.scores is not None:
+        # translated inside trainer.test, on the training device(s), with best.ckpt's weights
+        scores = test_bleu.scores
         module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
         module.test_figures["test/bleu_signature"] = scores.bleu_signature
         test_hypotheses = output_dir / "generate-test.txt"
-        test_hypotheses.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        for line in scores.lines():
-            print(f"convseq: test {line}", flush=True)
+        if trainer.is_global_zero:
+            text = "".join(h + "\n" for h in test_bleu.hypotheses)
+            test_hypotheses.write_text(text, encoding="utf-8")
+            for line in scores.lines():
+                print(f"convseq: test {line}", flush=True)
 
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
@@ -195,6 +192,8 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "resumed_from": str(resume) if resume else None,
         "test": dict(module.test_figures),
         "test_hypotheses": str(test_hypotheses) if test_hypotheses else None,
+        # where the end-of-training translation ran (the training device), e.g. "cuda:0"
+        "test_device": test_bleu.device if isinstance(test_bleu, TestBleu) else None,
         "history": history,
     }
     if isinstance(trainer.profiler, EpochProfiler):

@@ -29,7 +29,7 @@ from convseq.training.callbacks import (
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.run_log import AppendingCSVLogger
-from convseq.training.valid_bleu import ValidBleu, wants_valid_bleu
+from convseq.training.valid_bleu import TestBleu, ValidBleu, wants_valid_bleu
 
 __all__ = [
     "build_callbacks",
@@ -101,6 +101,9 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
     every = wants_valid_bleu(cfg)
     if every:
         cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
+    gen = cfg.get("gen") or {}
+    if cfg.get("final_test", True) and gen.get("test_bleu", True):
+        cbs["test_bleu"] = TestBleu(gen)
     if cfg.get("profile"):
         cbs["profile"] = LoggingTimer()
     return cbs

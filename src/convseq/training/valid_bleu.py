@@ -1,7 +1,12 @@
-"""BLEU during training: the validation split translated every few epochs, logged as valid/bleu.
+"""BLEU during training: the validation split every few epochs (valid/bleu) and the test split
+with the best checkpoint at the end (test/bleu).
 
 `model_scores` translates a split with a ConvSeqModule's weights (no Trainer, so it runs inside
-training hooks too) and scores it with `convseq.evaluation.scores`; `ValidBleu` is the callback.
+training hooks too) and scores it with `convseq.evaluation.scores`. Under DDP every rank
+translates its share of the split's batches on its own device, the texts are gathered in input
+order, rank 0 scores them once and every rank receives the figures: the one-process figures,
+exactly (`convseq.inference.sharding`). `ValidBleu` and `TestBleu` are the callbacks; both run
+inside Lightning's loop, so the module is still on the device that trained it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from convseq.errors import DataError
 from convseq.evaluation.scores import Scores, corpus_scores
 from convseq.inference.generation import translate_split
 from convseq.inference.options import GenOptions
+from convseq.inference.sharding import broadcast_object, rank_and_world
 from convseq.inference.translator import translator_of
 
 VALID_BLEU = "valid/bleu"
@@ -31,8 +37,12 @@ def model_scores(
     gen = dict(gen or {})
     translator = translator_of(module)
     hyps = translate_split(translator, databin, split, gen, GenOptions.from_mapping(gen))
-    refs = databin.text(split, "tgt")
-    return corpus_scores(hyps, refs, tokenize=str(gen.get("tokenize", "13a"))), hyps
+    rank, _ = rank_and_world()
+    scores = None
+    if rank == 0:  # scored once; the figures travel to the other ranks
+        refs = databin.text(split, "tgt")
+        scores = corpus_scores(hyps, refs, tokenize=str(gen.get("tokenize", "13a")))
+    return broadcast_object(scores), hyps
 
 
 def wants_valid_bleu(cfg: Mapping[str, Any]) -> int:
@@ -58,7 +68,7 @@ class ValidBleu(pl.Callback):
 
     The figure joins the epoch's validation record (logged, in the run's history), so
     ``checkpoint.monitor=valid/bleu checkpoint.mode=max`` keeps best.ckpt by BLEU. Under DDP
-    every rank translates the whole split (no collective, the same figure everywhere).
+    the ranks share the translation and all receive the same figure (`model_scores`).
 
     Args:
         every: the period in epochs (1 = every validation).
@@ -77,3 +87,31 @@ class ValidBleu(pl.Callback):
         databin = trainer.datamodule.databin
         scores, _ = model_scores(pl_module, databin, "valid", self.gen)
         pl_module.valid_extra[VALID_BLEU] = scores.bleu
+
+
+class TestBleu(pl.Callback):
+    """At the end of ``trainer.test``: BLEU/chrF of the tested weights translating the test split.
+
+    Runs in the test loop's last hook, before Lightning's teardown moves the module to the CPU,
+    so the translation runs on the device that trained (shared by the ranks under DDP). The
+    results stay here for the caller: `scores`, `hypotheses` (in input order, every rank) and
+    `device` (where the translation ran, e.g. "cuda:0").
+
+    Args:
+        gen: the `gen` config group (beam, lenpen, max_tokens, ...).
+    """
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    def __init__(self, gen: Mapping[str, Any] | None):
+        self.gen = dict(gen or {})
+        self.scores: Scores | None = None
+        self.hypotheses: list[str] = []
+        self.device: str | None = None
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.fast_dev_run:
+            return  # a smoke test: one batch, no full translation
+        self.device = str(pl_module.device)
+        databin = trainer.datamodule.databin
+        self.scores, self.hypotheses = model_scores(pl_module, databin, "test", self.gen)
