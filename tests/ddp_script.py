@@ -3,7 +3,11 @@
 Run by tests/training/test_ddp.py in a subprocess, never inside pytest: Lightning's DDP launcher starts
 rank 1 by re-running this command line.
 
-    python tests/ddp_script.py CORPUS_DIR CACHE_DIR OUTPUT_DIR RECORD_DIR
+    python tests/ddp_script.py CORPUS_DIR CACHE_DIR OUTPUT_DIR RECORD_DIR [KEY=VALUE ...]
+
+Extra KEY=VALUE arguments are config overrides (e.g. ``trainer.max_epochs=2 resume=true``); one
+more, ``sigterm_at_step=K``, makes rank 0 send itself SIGTERM right after update K (the signal a
+cluster sends), as a user interrupting the run would.
 
 Every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
 first update, every train batch's sentence ids and dummy flag, and the first batch itself; and
@@ -16,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +90,7 @@ class Recorder(pl.Callback):
             }
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.record["updates"] = trainer.global_step  # also known when a signal ends the run
         if batch_idx == 0:
             self.record["after_first_update"] = self._weights(module)
             self.record["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
@@ -93,8 +99,35 @@ class Recorder(pl.Callback):
         self.record["updates"] = trainer.global_step
 
 
+def _record_translations(record: dict[str, Any]) -> None:
+    """Keep the sentence ids of every batch this rank translates (validation and test BLEU)."""
+    from convseq.inference.translator import Translator
+
+    translate_batch = Translator.translate_batch
+    record["translated"] = []
+
+    def recording(self, batch, *args, **kwargs):
+        record["translated"].append(batch["id"].tolist())
+        return translate_batch(self, batch, *args, **kwargs)
+
+    Translator.translate_batch = recording
+
+
+class SigtermAt(pl.Callback):
+    """Rank 0 sends itself SIGTERM at the end of update `step` (global step)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        if trainer.global_rank == 0 and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main() -> None:
     corpus, cache, output_dir, record_dir = (Path(a).absolute() for a in sys.argv[1:5])
+    extra = [a for a in sys.argv[5:] if not a.startswith("sigterm_at_step=")]
+    sigterm = [int(a.split("=", 1)[1]) for a in sys.argv[5:] if a.startswith("sigterm_at_step=")]
     torch.set_num_threads(1)
     _watch_writes(output_dir)
     record_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +149,7 @@ def main() -> None:
         f"data.dir={corpus}",
         f"paths.cache_dir={cache}",
         f"batching.max_tokens={MAX_TOKENS}",
-        *TINY,
+        *(o for o in TINY if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}),
         "optim.clip_norm=0",  # clipping would hide a wrong normalisation factor
         "trainer.accelerator=cpu",
         "trainer.strategy=ddp",
@@ -124,13 +157,16 @@ def main() -> None:
         "trainer.max_epochs=1",
         "trainer.enable_progress_bar=false",
         "trainer.log_every_n_steps=1",
+        *extra,
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(output_dir)
     recorder = Recorder()
-    train(to_plain(cfg), callbacks=[recorder])
+    _record_translations(recorder.record)
+    callbacks: list[pl.Callback] = [recorder, *(SigtermAt(k) for k in sigterm)]
+    train(to_plain(cfg), callbacks=callbacks)
     torch.save(recorder.record, record_dir / f"rank{recorder.record['rank']}.pt")
 
 

@@ -21,6 +21,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
 
 from convseq.errors import NonFiniteError
+from convseq.inference.sharding import gather_objects, rank_and_world
 from convseq.optim.anneal import Annealer
 
 
@@ -142,6 +143,9 @@ def restore_rng(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+PER_RANK = "per_rank"  # RNGStateCallback's entry for the states of several ranks
+
+
 class RNGStateCallback(pl.Callback):
     """Makes dropout draw the same numbers whether or not a run was interrupted and resumed.
 
@@ -166,10 +170,21 @@ class RNGStateCallback(pl.Callback):
             self._pending = None
 
     def state_dict(self) -> dict[str, Any]:
-        return capture_rng() if self._pending is None else self._pending
+        mine = capture_rng() if self._pending is None else self._pending
+        # Lightning asks every rank for its state; only rank 0 writes the file. Each rank's
+        # dropout has drawn other numbers (other batches), so every rank's state is kept.
+        states = gather_objects(mine)
+        return mine if len(states) == 1 else {PER_RANK: states}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._pending = dict(state_dict)
+        states = state_dict.get(PER_RANK)
+        if states is None:  # a one-process run's state: every rank starts from it
+            self._pending = dict(state_dict)
+            return
+        rank, _ = rank_and_world()
+        # With as many ranks as the run that saved it each rank continues its own state; with
+        # more, the extra ranks take rank 0's (the run cannot be exact then anyway).
+        self._pending = dict(states[rank] if rank < len(states) else states[0])
 
 
 class TrainingInterrupted(Exception):
