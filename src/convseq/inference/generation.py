@@ -159,6 +159,7 @@ class GenerationModule(pl.LightningModule):
         self.databin, self.split, self.gen = databin, split, dict(gen)
         self.profiler_ = profiler
         self.records: list[dict] = []
+        self.sentences_per_rank: list[int] = []
         self._mine: list[dict] = []
 
     def predict_dataloader(self) -> DataLoader:
@@ -181,7 +182,9 @@ class GenerationModule(pl.LightningModule):
             )
 
     def on_predict_epoch_end(self) -> None:
-        self.records = in_input_order(gather_objects(self._mine))
+        shares = gather_objects(self._mine)  # per rank, its records
+        self.sentences_per_rank = [len(s) for s in shares]
+        self.records = in_input_order(shares)
         self._mine = []
 
     def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -113,6 +113,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "max_tokens": gen.get("max_tokens"),
         "batch_size": gen.get("batch_size"),
         "devices": trainer.world_size,
+        "sentences_per_rank": module.sentences_per_rank,
     }
     if attention_pngs:
         result["attention_plots"] = [str(p) for p in attention_pngs]
