@@ -149,7 +149,7 @@ def main() -> None:
         f"data.dir={corpus}",
         f"paths.cache_dir={cache}",
         f"batching.max_tokens={MAX_TOKENS}",
-        *(o for o in TINY if o.split("=", 1)[0] not in {e.split("=", 1)[0] for e in extra}),
+        *TINY,
         "optim.clip_norm=0",  # clipping would hide a wrong normalisation factor
         "trainer.accelerator=cpu",
         "trainer.strategy=ddp",
@@ -157,8 +157,9 @@ def main() -> None:
         "trainer.max_epochs=1",
         "trainer.enable_progress_bar=false",
         "trainer.log_every_n_steps=1",
-        *extra,
     ]
+    given = {e.split("=", 1)[0] for e in extra}  # an extra argument replaces a default
+    overrides = [o for o in overrides if o.split("=", 1)[0] not in given] + extra
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     GlobalHydra.instance().clear()

@@ -1,4 +1,4 @@
-"""DDP on CPU (2 gloo processes, tests/ddp_script.py): exact resume, and BLEU shared by the ranks.
+"""DDP on CPU (2 gloo processes): exact resume, BLEU shared by the ranks, and run.py trainer=ddp.
 
 Two epochs with dropout and validation BLEU every epoch, three times: straight through; cut by a
 SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``resume=true``.
@@ -7,14 +7,18 @@ SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``res
   (dropout) is saved and restored, not rank 0's on every rank.
 - Validation and test BLEU are translated by both ranks, each taking a share of the split's
   batches, and equal the figure one process computes from the same checkpoint.
+- `python run.py trainer=ddp trainer.accelerator=cpu` (Hydra relaunches rank 1), SIGTERM'd from
+  outside early in epoch 2 and resumed, ends with the compose runs' weights; one folder, rank 0's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,9 +29,14 @@ from convseq.evaluation.scores import corpus_scores
 from convseq.inference.translator import Translator
 from tests.conftest import ROOT
 
-RUN = ["trainer.max_epochs=2", "model.dropout=0.1", "bleu_every_n_epochs=1"]
+# ~22 updates an epoch per rank: a SIGTERM sent from outside has time to land mid-epoch
+RUN = [
+    "trainer.max_epochs=2",
+    "model.dropout=0.1",
+    "bleu_every_n_epochs=1",
+    "batching.max_tokens=100",
+]
 GEN = ["gen.max_len_b=12", "gen.max_tokens=300", "checkpoint.keep_epochs=-1"]
-CUT_AT = 13  # an update in the middle of epoch 2 (10 updates an epoch)
 
 
 def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -60,27 +69,30 @@ def runs(tiny_data, tmp_path_factory):
     work = tmp_path_factory.mktemp("ddp_resume")
     straight, cut = work / "straight", work / "cut"
     ddp(tiny_data, straight)
-    ddp(tiny_data, cut, f"sigterm_at_step={CUT_AT}")
+    per_epoch = json.loads((straight / "summary.json").read_text())["history"][0]["updates"]
+    cut_at = per_epoch + 3  # in the middle of epoch 2
+    ddp(tiny_data, cut, f"sigterm_at_step={cut_at}")
     interrupted = json.loads((cut / "summary.json").read_text())
     cut_records = records(cut)
     ddp(tiny_data, cut, "resume=true")
     return {
         "straight": straight,
         "cut": cut,
+        "cut_at": cut_at,
         "interrupted": interrupted,
         "cut_records": cut_records,
     }
 
 
 def test_a_sigterm_mid_epoch_then_resume_ends_with_the_straight_runs_weights(runs):
-    interrupted = runs["interrupted"]
-    # the signal arrives after convseq's check of update CUT_AT: the next update ends the run
-    assert interrupted["interrupted"] and interrupted["updates"] == CUT_AT + 1
+    interrupted, cut_at = runs["interrupted"], runs["cut_at"]
+    # the signal arrives after convseq's check of update cut_at: the next update ends the run
+    assert interrupted["interrupted"] and interrupted["updates"] == cut_at + 1
     assert "SIGTERM during epoch 2" in interrupted["stop_reason"]
-    assert [r["updates"] for r in runs["cut_records"]] == [CUT_AT + 1] * 2  # rank 1 stopped too
+    assert [r["updates"] for r in runs["cut_records"]] == [cut_at + 1] * 2  # rank 1 stopped too
     a = torch.load(runs["straight"] / "checkpoints" / "last.ckpt", weights_only=True)
     b = torch.load(runs["cut"] / "checkpoints" / "last.ckpt", weights_only=True)
-    assert a["global_step"] == b["global_step"] == 20
+    assert a["global_step"] == b["global_step"] > runs["cut_at"] + 1
     for name, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][name]), name
     # dropout drew different numbers on the two ranks, so each rank's state had to be kept
@@ -118,3 +130,86 @@ def test_valid_and_test_bleu_are_shared_by_the_ranks_and_equal_one_processs(runs
     best = Path(summary["best_checkpoint"])
     assert summary["test"]["test/bleu"] == one_process_bleu(tiny_data, best, "test")
     assert summary["test_device"] == "cpu"
+
+
+# -- the command users type: python run.py trainer=ddp ... ---------------------------------------
+def run_py(tiny_data, out: Path, *extra: str) -> subprocess.Popen:
+    """run.py with the compose runs' settings; Lightning re-runs it (through Hydra) for rank 1."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONVSEQ_CACHE": str(tiny_data["cache"])}
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    cmd = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "data.generator=null",
+        f"data.dir={tiny_data['corpus']}",
+        f"paths.cache_dir={tiny_data['cache']}",
+        *(o for o in DDP_SCRIPT_DEFAULTS if o.split("=", 1)[0] not in RUN_KEYS),
+        *RUN,
+        *GEN,
+        f"hydra.run.dir={out}",
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+# what tests/ddp_script.py sets besides data and the cache (RUN's keys replace its own)
+DDP_SCRIPT_DEFAULTS = [
+    "model.encoder_embed_dim=16",
+    "model.decoder_embed_dim=16",
+    "model.decoder_out_embed_dim=16",
+    "model.encoder_layers=[[16,3]]",
+    "model.decoder_layers=[[16,3]]",
+    "optim.clip_norm=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
+RUN_KEYS = {o.split("=", 1)[0] for o in RUN}
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-4000:]
+    return out
+
+
+def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights(
+    runs, tiny_data, tmp_path
+):
+    out = tmp_path / "run"
+    proc = run_py(tiny_data, out)
+    epoch1 = out / "checkpoints" / "epoch001.ckpt"  # written at the very end of epoch 1
+    deadline = time.monotonic() + 240
+    while not epoch1.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert epoch1.exists(), proc.stderr.read()[-4000:] if proc.poll() is not None else "timeout"
+    proc.send_signal(signal.SIGTERM)  # to rank 0 only, as `kill PID` does
+    printed = finish(proc)
+    interrupted = json.loads((out / "summary.json").read_text())
+    assert interrupted["interrupted"], interrupted["stop_reason"]
+    assert "SIGTERM during epoch 2" in interrupted["stop_reason"]
+
+    printed += finish(run_py(tiny_data, out, "resume=true"))
+    a = torch.load(runs["straight"] / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+    assert a["global_step"] == b["global_step"]
+    for name, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][name]), name
+
+    # one run folder, written by rank 0; rank 1 (relaunched by Lightning through Hydra, with
+    # hydra.output_subdir=null) keeps only its own log there
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["interrupted"] and summary["resumed_from"]
+    rank0 = [".hydra", "checkpoints", "csv", "generate-test.txt", "run.log", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*rank0, "train_ddp_process_1.log"])
+    assert "GLOBAL_RANK: 1" in (out / "train_ddp_process_1.log").read_text()
+    assert list(tmp_path.iterdir()) == [out]  # rank 1 made no folder of its own
+    assert printed.count("convseq: 2 epochs") == 1
+    # validation BLEU of the two ranks together: the one-process figure of each epoch's weights
+    for epoch, h in enumerate(summary["history"], start=1):
+        ckpt = out / "checkpoints" / f"epoch{epoch:03d}.ckpt"
+        assert h["valid/bleu"] == one_process_bleu(tiny_data, ckpt, "valid"), epoch
