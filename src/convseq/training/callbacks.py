@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
 
@@ -215,6 +216,7 @@ class SignalCallback(pl.Callback):
         self.interrupted = False  # True once a mid-epoch checkpoint was written
         self._raise_next = False
         self._originals: dict[int, Any] = {}
+        self._group: Any = None  # gloo process group of the signal flag (DDP only)
 
     # -- handlers -------------------------------------------------------------------------------
     def _handler(self, signum: int, frame: Any) -> None:
@@ -247,14 +249,27 @@ class SignalCallback(pl.Callback):
 
     # -- stopping -------------------------------------------------------------------------------
     def _agreed(self, trainer: pl.Trainer) -> bool:
-        """Whether any rank has received a signal (one small all-reduce under DDP)."""
+        """Whether any rank has received a signal (one small all-reduce under DDP).
+
+        The flag travels as a CPU tensor over a gloo group: reading an all-reduced GPU tensor
+        would make the host wait for every queued kernel at every update.
+        """
         flag = self.received is not None
         if trainer.world_size > 1:
-            t = torch.tensor(float(flag), device=trainer.strategy.root_device)
-            flag = bool(trainer.strategy.reduce(t, reduce_op="sum").item() > 0)
+            t = torch.tensor([float(flag)])  # (1,) on the CPU
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._host_group())
+            flag = bool(t[0] > 0)
             if flag and self.received is None:
                 self.received = int(signal.SIGTERM)
         return flag
+
+    def _host_group(self) -> Any:
+        """The process group for CPU tensors: the default one if it is gloo's, else a gloo one."""
+        if self._group is None:
+            default = dist.group.WORLD
+            is_gloo = dist.get_backend(default) == dist.Backend.GLOO
+            self._group = default if is_gloo else dist.new_group(backend="gloo")
+        return self._group
 
     def _name(self) -> str:
         try:

@@ -63,6 +63,17 @@ from convseq.training.nonfinite import non_finite_error
 STATE_KEY = "convseq"  # the module's own entry in a checkpoint
 
 
+def _on_device(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A () float64 tensor on `device` of a tensor or a Python number, without a host sync.
+
+    Why: ``torch.as_tensor(number, device=cuda)`` copies the number from host memory, and that
+    copy waits for the device's queue; ``torch.full`` hands it to a fill kernel instead.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float64)
+    return torch.full((), float(value), dtype=torch.float64, device=device)
+
+
 class ConvSeqModule(pl.LightningModule):
     """fconv translation model trained with label-smoothed cross entropy.
 
@@ -143,9 +154,7 @@ class ConvSeqModule(pl.LightningModule):
         size = self.criterion.sample_size(out)
         row = [size, out.ntokens, out.nsentences, out.loss.detach(), out.nll_loss.detach()]
         dev = out.loss.device
-        sums = torch.stack(
-            [torch.as_tensor(v, dtype=torch.float64, device=dev) for v in row]
-        )  # (5,)
+        sums = torch.stack([_on_device(v, dev) for v in row])  # (5,) float64
         if batch.get("is_dummy", False):
             # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
             return out.loss * 0.0, torch.zeros_like(sums)
