@@ -1,0 +1,123 @@
+"""bench/gpu_check.py: its dry run (the GPU check's code path on the CPU) and its refusal
+without a GPU. The dry run keeps the script from rotting on machines that have no GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+ROWS = [
+    "first-update loss fp32 vs CPU",
+    "first-update loss 16-mixed vs CPU",
+    "train fp32",
+    "train 16-mixed",
+    "big preset fp32",
+    "big preset 16-mixed",
+    "beam 5 cpu vs CPU",
+    "translate beam 1, batch 128",
+    "translate beam 5, batch 128",
+    "end-of-training test device",
+]
+
+
+def run_script(args: list[str], cache: Path, timeout: float) -> subprocess.CompletedProcess:
+    # A private cache: the dry run's data-bin never lands in the user's ~/.cache/convseq.
+    env = {**os.environ, "CONVSEQ_CACHE": str(cache)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("gpu_check")
+    out_json = tmp / "out.json"
+    proc = run_script(["--dry-run", "--json", str(out_json)], tmp / "cache", timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"stdout": proc.stdout, "json": json.loads(out_json.read_text())}
+
+
+def table_rows(stdout: str) -> dict[str, str]:
+    """The table's rows by check name: {name: status}."""
+    rows = {}
+    for line in stdout.splitlines():
+        for name in ROWS:
+            if line.startswith(name + "  "):
+                rows[name] = line.split()[-1]
+    return rows
+
+
+def test_dry_run_prints_the_table(dry_run):
+    out = dry_run["stdout"]
+    assert "DRY RUN on the CPU" in out
+    assert f"torch {torch.__version__}" in out
+    rows = table_rows(out)
+    assert set(rows) == set(ROWS)
+    assert rows["first-update loss fp32 vs CPU"] == "PASS"
+    assert rows["beam 5 cpu vs CPU"] == "PASS"
+    assert rows["end-of-training test device"] == "PASS"
+    for name in ("train 16-mixed", "big preset 16-mixed", "first-update loss 16-mixed vs CPU"):
+        assert rows[name] == "skip"
+    assert "all checks passed" in out
+
+
+def test_dry_run_training_figures(dry_run):
+    result = dry_run["json"]
+    assert result["ok"] is True
+    env = result["env"]
+    assert (env["dry_run"], env["device"], env["updates"]) == (True, "cpu", 4)
+    assert env["torch"] == torch.__version__
+    train = result["train"]["fp32"]
+    assert train["updates"] == 4
+    assert train["wps"] > 0 and math.isfinite(train["wps"])
+    assert all(w > 0 for w in train["wps_epochs"])
+    assert train["peak_mem_mib"] is None  # no allocator figure on the CPU
+    # an untrained model's loss (base 2) sits near log2 of the target vocabulary
+    assert 5.0 < train["first_loss"] < 12.0 and math.isfinite(train["last_loss"])
+    assert "CPU" in result["train"]["16-mixed"]["skipped"]
+
+
+def test_dry_run_first_update_loss_is_the_cpu_loss(dry_run):
+    first = dry_run["json"]["first_loss"]
+    assert math.isfinite(first["cpu"])
+    # CPU against CPU, same seed and batch, dropout 0: the same number
+    assert first["fp32"]["loss"] == pytest.approx(first["cpu"], rel=1e-6)
+    assert first["fp32"]["rel_diff"] <= 1e-6 and first["fp32"]["rtol"] == 1e-3
+    assert "skipped" in first["16-mixed"]
+
+
+def test_dry_run_big_preset_and_translation(dry_run):
+    result = dry_run["json"]
+    big = result["big"]["fp32"]
+    assert big["tokens_per_s"] > 0 and big["seconds_per_step"] > 0
+    assert big["params_m"] > 0 and math.isfinite(big["last_loss"])
+    assert result["big"]["channel_divisor"] == 32 and result["big"]["batch"] == "4x8"
+    beam = result["beam"]
+    assert beam["sentences"] == 8 and beam["identical"] == 8
+    assert beam["share"] == 1.0 and beam["mismatches"] == []
+    assert beam["beam1_sent_per_s"] > 0 and beam["beam5_sent_per_s"] > 0
+    assert result["test_device"] == "cpu"
+    assert [c["ok"] for c in result["checks"]] == [True, True, True]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_without_cuda_it_exits_2_and_names_dry_run(tmp_path):
+    proc = run_script([], tmp_path / "cache", timeout=120)
+    assert proc.returncode == 2
+    assert "no CUDA device" in proc.stderr and "--dry-run" in proc.stderr
+    assert proc.stdout == ""
