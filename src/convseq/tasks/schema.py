@@ -96,6 +96,15 @@ class TrainerConfig:
 
 
 @dataclass
+class AmpConfig:
+    """fp16 loss scaling with trainer.precision=16-mixed (fairseq's --fp16 flags)."""
+
+    init_scale: float = 128.0  # fairseq's --fp16-init-scale
+    scale_window: int | None = None  # --fp16-scale-window (None: 2**14 / processes / accumulation)
+    min_scale: float = 1e-4  # --min-loss-scale: stop with an error below it
+
+
+@dataclass
 class CheckpointConfig:
     """What is saved in `<output_dir>/checkpoints/` (conf/config.yaml `checkpoint:`)."""
 
@@ -177,6 +186,7 @@ class Config:
     anneal: AnnealConfig = field(default_factory=AnnealConfig)
     criterion: CriterionConfig = field(default_factory=CriterionConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    amp: AmpConfig = field(default_factory=AmpConfig)
     ckpt: str | None = None  # a checkpoint to load (generate)
     resume: Any = False  # false | true (continue paths.output_dir) | a run folder or checkpoint
     max_update: int = 0  # stop after this many updates (0 = no limit; fairseq's --max-update)

@@ -151,7 +151,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
     reason = stop_reason(trainer, cbs, max_epochs)
     epochs = trainer.current_epoch if not interrupted else len(history)
-    updates = int(trainer.global_step)
+    updates = module.updates  # fp16 updates the loss scaler skipped are not counted
     # final_test=false: a tuning run never evaluates on test
     evaluate = bool(cfg.get("final_test", True)) and not interrupted
     if evaluate:
@@ -179,6 +179,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     summary = {
         "epochs": epochs,
         "updates": updates,
+        "skipped_updates": module.skipped_updates,
         "train_seconds": seconds,
         "seconds_per_epoch": seconds / max(epochs, 1),
         "process_seconds": time.perf_counter() - t_start,

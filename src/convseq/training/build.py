@@ -18,6 +18,7 @@ from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import BatchEpochCallback, TranslationDataModule
 from convseq.errors import CheckpointError
+from convseq.training.amp import precision_plugins
 from convseq.training.callbacks import (
     AnnealingCallback,
     CrashCheckpoint,
@@ -115,6 +116,10 @@ def build_trainer(
     """The Trainer of `cfg["trainer"]`, with convseq's fixed choices."""
     tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
+    precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
+    tcfg.pop("precision", None)
+    if precision is not None:
+        tcfg["precision"] = precision
     loggers: list[Any] = [AppendingCSVLogger(str(output_dir))]
     if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
         from pytorch_lightning.loggers import TensorBoardLogger
@@ -130,7 +135,7 @@ def build_trainer(
         default_root_dir=str(output_dir),
         callbacks=callbacks,
         logger=loggers,
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), *precision_plugins_],
         enable_model_summary=False,
         profiler=EpochProfiler() if cfg.get("profile") else None,
     )

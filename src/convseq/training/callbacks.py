@@ -96,15 +96,17 @@ class MaxUpdateCallback(pl.Callback):
         self.max_update = int(max_update)
         self.stop_reason: str | None = None
 
-    def _check(self, trainer: pl.Trainer) -> None:
-        if self.max_update > 0 and trainer.global_step >= self.max_update:
+    def _check(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # updates the fp16 loss scaler skipped do not count (Lightning's global_step does)
+        updates = trainer.global_step - int(getattr(pl_module, "skipped_updates", 0))
+        if self.max_update > 0 and updates >= self.max_update:
             _stop(trainer, self, f"reached max_update={self.max_update} updates")
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check(trainer)
+        self._check(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._check(trainer)
+        self._check(trainer, pl_module)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -42,6 +42,7 @@ from convseq.inference.loading import TEXT_KEY
 from convseq.inference.translator import Translator, translator_of
 from convseq.models.fconv import FConvModel
 from convseq.optim.build import build_optimizer
+from convseq.training.amp import check_loss_scale
 from convseq.training.criterion import LabelSmoothedCrossEntropy
 from convseq.training.figures import (
     CLIPPED,
@@ -133,6 +134,8 @@ class ConvSeqModule(pl.LightningModule):
         # so that raw text can be translated from the checkpoint alone.
         self.text_processing: dict | None = None
         self._last_batch: dict | None = None
+        self._skipped = False  # this update overflowed in fp16 and the loss scaler skipped it
+        self.skipped_updates = 0  # such updates so far (Lightning's global_step counts them)
 
     # -- model ----------------------------------------------------------------------------------
     def forward(
@@ -159,6 +162,11 @@ class ConvSeqModule(pl.LightningModule):
             # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
             return out.loss * 0.0, torch.zeros_like(sums)
         return out.loss, sums
+
+    @property
+    def updates(self) -> int:
+        """Optimizer updates made: Lightning's steps less those the fp16 loss scaler skipped."""
+        return int(self.global_step) - self.skipped_updates
 
     # -- training -------------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -201,8 +209,10 @@ class ConvSeqModule(pl.LightningModule):
         loss = self._last_update[LOSS].to(gnorm.device)
         # One host sync per update, as fairseq's own check (gradient norm and loss together).
         gnorm_ok, loss_ok = torch.isfinite(torch.stack([gnorm.double(), loss])).tolist()
+        self._skipped = False
         if not gnorm_ok and getattr(self.trainer.precision_plugin, "scaler", None) is not None:
             # 16-mixed: an overflow; the GradScaler skips this step and lowers its scale.
+            self._skipped = True
             self._gnorm = torch.zeros((), dtype=torch.float64, device=gnorm.device)
             self._clipped = torch.zeros_like(self._gnorm)
             return
@@ -218,6 +228,11 @@ class ConvSeqModule(pl.LightningModule):
         now = time.perf_counter()
         seconds, self._t_update = now - self._t_update, now
         self._epoch_train_seconds += seconds
+        if self._skipped:  # the loss scaler skipped it: not an update (fairseq does not count it)
+            self._skipped = False
+            self.skipped_updates += 1
+            check_loss_scale(self.trainer.precision_plugin.scaler, self.updates)
+            return
         sums = self._last_update
         if self._epoch_sums.device != sums.device:
             self._epoch_sums = self._epoch_sums.to(sums.device)
@@ -279,7 +294,7 @@ class ConvSeqModule(pl.LightningModule):
             self._epoch_lr,
         )
         self.log_dict(record, on_step=False, on_epoch=True, batch_size=1)
-        entry = {"epoch": self.current_epoch + 1, "updates": self.global_step, **record}
+        entry = {"epoch": self.current_epoch + 1, "updates": self.updates, **record}
         if self.valid_epoch == self.current_epoch and self.valid_loss is not None:
             entry.update(self._valid_record)
         self.history.append(entry)
@@ -356,6 +371,7 @@ class ConvSeqModule(pl.LightningModule):
             "epoch_wall_seconds": float(self._epoch_wall_carry + now - self._t_epoch),
             "total_seconds": float(self._total_carry + now - self._t_fit),
             "history": [dict(h) for h in self.history],
+            "skipped_updates": int(self.skipped_updates),
         }
         if self.text_processing is not None:
             checkpoint[TEXT_KEY] = self.text_processing
@@ -372,6 +388,7 @@ class ConvSeqModule(pl.LightningModule):
         self._epoch_wall_carry = float(state["epoch_wall_seconds"])
         self._total_carry = float(state["total_seconds"])
         self.history = [dict(h) for h in state["history"]]
+        self.skipped_updates = int(state.get("skipped_updates", 0))
 
     @classmethod
     def load_from_checkpoint(  # type: ignore[override]

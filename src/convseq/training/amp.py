@@ -1,0 +1,145 @@
+"""Reduced precision as fairseq users know it.
+
+``trainer.precision=16-mixed`` is fairseq's ``--fp16``: fp16 autocast with a dynamic loss scale
+that starts at ``amp.init_scale`` (fairseq's ``--fp16-init-scale``, 128), halves on every
+overflow and doubles after ``amp.scale_window`` updates without one (``--fp16-scale-window``;
+by default fairseq's 2**14 / data-parallel processes / accumulated batches). An update whose
+gradients overflowed is skipped and not counted: `ConvSeqModule` leaves it out of the update
+count (`max_update`, the summary) and of the epoch's figures, as fairseq does. When the scale
+falls below ``amp.min_scale`` (``--min-loss-scale``) training stops with an error.
+
+``trainer.precision=bf16-mixed`` needs a device with bfloat16 arithmetic; on a CUDA device of
+compute capability below 8.0 (e.g. a P40, 6.1; a V100, 7.0) it is refused with a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from pytorch_lightning.plugins.precision import MixedPrecision
+
+from convseq.errors import ConvseqError, NonFiniteError
+
+FP16 = ("16-mixed", "16")
+BF16 = ("bf16-mixed", "bf16")
+
+
+class PrecisionError(ConvseqError, ValueError):
+    """A precision the device cannot run, or loss-scale settings that cannot work."""
+
+
+class LossScaler(torch.amp.GradScaler):
+    """torch's GradScaler with fairseq's factors (x2 / x0.5) and a floor (`min_scale`)."""
+
+    def __init__(self, device: str, init_scale: float, scale_window: int, min_scale: float):
+        super().__init__(
+            device,
+            init_scale=float(init_scale),
+            growth_factor=2.0,
+            backoff_factor=0.5,
+            growth_interval=int(scale_window),
+        )
+        self.min_scale = float(min_scale)
+
+
+def device_type(accelerator: str | None) -> str:
+    """ "cuda" or "cpu": where ``trainer.accelerator`` runs (``auto``: CUDA when present)."""
+    accelerator = str(accelerator or "auto").lower()
+    if accelerator in ("gpu", "cuda"):
+        return "cuda"
+    if accelerator == "auto" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def process_count(trainer: Mapping[str, Any]) -> int:
+    """Data-parallel processes of ``trainer``: devices per node (a count, ids or auto) x nodes."""
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, (list, tuple)):
+        count = len(devices)
+    elif str(devices) in ("auto", "-1"):
+        count = max(torch.cuda.device_count(), 1)
+    else:
+        count = int(devices)
+    return max(count, 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
+
+
+def scale_window(amp: Mapping[str, Any], trainer: Mapping[str, Any]) -> int:
+    """``amp.scale_window``, or fairseq's default 2**14 / processes / accumulated batches."""
+    window = amp.get("scale_window")
+    if window is None:
+        accumulate = max(int(trainer.get("accumulate_grad_batches", 1) or 1), 1)
+        window = 2**14 // process_count(trainer) // accumulate
+    if int(window) < 1:
+        raise PrecisionError(f"amp.scale_window={window}: give a number of updates >= 1")
+    return int(window)
+
+
+def check_bf16(trainer: Mapping[str, Any]) -> None:
+    """Refuse bf16 on CUDA devices without bfloat16 arithmetic (compute capability < 8.0)."""
+    if (
+        str(trainer.get("precision")) not in BF16
+        or device_type(trainer.get("accelerator")) != "cuda"
+    ):
+        return
+    if not torch.cuda.is_available():
+        return  # Lightning reports the missing GPU itself
+    devices = trainer.get("devices", 1)
+    ids = list(devices) if isinstance(devices, (list, tuple)) else range(torch.cuda.device_count())
+    for i in ids:
+        major, minor = torch.cuda.get_device_capability(i)
+        if (major, minor) < (8, 0):
+            name = torch.cuda.get_device_name(i)
+            raise PrecisionError(
+                f"trainer.precision={trainer.get('precision')}: {name} (compute capability "
+                f"{major}.{minor}) has no bfloat16 arithmetic (it needs 8.0, Ampere or newer); "
+                "use trainer.precision=16-mixed (fp16 with loss scaling, fairseq's --fp16) or "
+                "trainer.precision=32-true"
+            )
+
+
+def precision_plugins(cfg: Mapping[str, Any]) -> tuple[str | None, list[Any]]:
+    """(the ``precision`` to give the Trainer, or None; plugins to add) for ``cfg``.
+
+    16-mixed becomes a `MixedPrecision` plugin with a `LossScaler` from ``cfg.amp``; other
+    precisions go to the Trainer as they are, after `check_bf16`.
+    """
+    trainer = cfg["trainer"]
+    precision = trainer.get("precision")
+    check_bf16(trainer)
+    if str(precision) not in FP16:
+        return precision, []
+    amp = cfg.get("amp") or {}
+    init_scale, min_scale = float(amp.get("init_scale", 128.0)), float(amp.get("min_scale", 1e-4))
+    if not 0 < min_scale <= init_scale:
+        raise PrecisionError(
+            f"amp.min_scale={min_scale} and amp.init_scale={init_scale}: need "
+            "0 < min_scale <= init_scale"
+        )
+    device = device_type(trainer.get("accelerator"))
+    scaler = LossScaler(device, init_scale, scale_window(amp, trainer), min_scale)
+    return None, [MixedPrecision("16-mixed", device, scaler)]
+
+
+def check_loss_scale(scaler: Any, updates: int) -> None:
+    """After a skipped update: stop when the loss scale fell below the scaler's floor.
+
+    Read only after an overflow (the value lives on the device: reading it every update would
+    make the host wait for the device).
+
+    Raises:
+        NonFiniteError: the scale is below `LossScaler.min_scale`.
+    """
+    floor = getattr(scaler, "min_scale", None)
+    if floor is None:
+        return
+    scale = float(scaler.get_scale())
+    if scale < floor:
+        raise NonFiniteError(
+            f"the fp16 loss scale fell to {scale:g}, below amp.min_scale={floor:g}, after "
+            f"{updates} updates: the loss is probably exploding. Lower optim.lr, set "
+            "optim.clip_norm, use larger batches, or train with trainer.precision=bf16-mixed "
+            "or 32-true; then resume from the last checkpoint (resume=true)"
+        )
