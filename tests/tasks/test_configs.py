@@ -121,3 +121,16 @@ def test_token_budget_follows_the_corpus_preset_unless_overridden(tmp_path, cach
     assert mine["batching"]["max_tokens"] == 2500
     sentences = to_plain(compose_config(["batching=sentences"], output_dir=str(tmp_path)))
     assert sentences["batching"]["max_tokens"] is None
+
+
+def test_batch_limits_keep_lightnings_meaning_of_int_and_float(tmp_path):
+    """An int is a number of batches, a float a fraction: 2 must not become 2.0 (= 200%)."""
+    cfg = to_plain(
+        compose_config(
+            ["trainer.limit_val_batches=2", "trainer.limit_train_batches=0.5"],
+            output_dir=str(tmp_path),
+        )
+    )
+    assert cfg["trainer"]["limit_val_batches"] == 2
+    assert isinstance(cfg["trainer"]["limit_val_batches"], int)
+    assert cfg["trainer"]["limit_train_batches"] == 0.5

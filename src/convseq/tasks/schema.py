@@ -87,8 +87,10 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1  # fairseq's --update-freq
     check_val_every_n_epoch: int = 1
     log_every_n_steps: int = 50
-    limit_train_batches: float | None = None
-    limit_val_batches: float | None = None
+    # an int is a number of batches, a float a fraction (Lightning's meaning): typed Any so that
+    # limit_val_batches=2 stays 2 batches instead of becoming 2.0
+    limit_train_batches: Any = None
+    limit_val_batches: Any = None
     num_sanity_val_steps: int = 0
     fast_dev_run: bool = False
     enable_progress_bar: bool = True
