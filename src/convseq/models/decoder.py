@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from convseq.models.spec import LayerSpec
 from convseq.modules.attention import AttentionLayer
 from convseq.modules.fconv_init import embedding, linear, linearized_conv1d, positional_embedding
 from convseq.modules.linearized_conv import IncrementalState
+from convseq.modules.reorder import current_block_reorder
 
 SQRT_HALF = math.sqrt(0.5)
 
@@ -214,6 +216,12 @@ class FConvDecoder(nn.Module):
         in beam search every beam of a sentence holds the same copy, so hypotheses moving
         within their sentence's beam (every step but those that shrink the batch) leave it
         as it is. Which rows hold equal copies is found once, by comparing them.
+
+        Whether a row would receive a different copy is decided on the host when it can be:
+        a changed row count always copies, and under `convseq.modules.reorder.block_reorder`
+        (the beam search's promise of how rows move) the copy each block holds is read to
+        the host once per cache, after which no step reads the device. Any other reorder
+        compares the copies on the device and reads the verdict (one host read).
         """
         for conv in self.convolutions:
             conv.reorder_incremental_state(incremental_state, new_order)
@@ -222,11 +230,31 @@ class FConvDecoder(nn.Module):
             return
         groups = incremental_state.get(self._groups_key)
         if groups is None:
-            groups = _equal_row_groups(cached)  # (B,)
-            incremental_state[self._groups_key] = groups
-        moved = groups.index_select(0, new_order)  # (B',) the copy each new row should hold
-        if torch.equal(moved, groups):
-            return  # every row already holds the values it would receive: nothing to copy
+            groups = _RowGroups(_equal_row_groups(cached))
+        hint = current_block_reorder()
+        if hint is not None:
+            groups = groups.for_blocks(hint.size)
+        if hint is not None and groups.block_ids is not None:
+            blocks = groups.block_ids
+            moved_blocks = (
+                blocks if hint.sources is None else tuple(blocks[s] for s in hint.sources)
+            )
+            if new_order.size(0) != hint.size * len(moved_blocks):
+                raise ValueError(
+                    f"reorder to {new_order.size(0)} rows inside a block_reorder promising "
+                    f"{len(moved_blocks)} blocks of {hint.size}"
+                )
+            if moved_blocks == blocks:  # host tuples: no device read
+                incremental_state[self._groups_key] = groups
+                return
+            moved = _RowGroups(groups.ids.index_select(0, new_order), hint.size, moved_blocks)
+        else:
+            moved_ids = groups.ids.index_select(0, new_order)  # (B',) the copy each row should hold
+            # a changed row count is known from the shapes; equal ones need a read of the verdict
+            if moved_ids.shape == groups.ids.shape and torch.equal(moved_ids, groups.ids):
+                incremental_state[self._groups_key] = groups
+                return  # every row already holds the values it would receive: nothing to copy
+            moved = _RowGroups(moved_ids)
         incremental_state[self._cache_key] = tuple(
             None if t is None else t.index_select(0, new_order) for t in cached
         )
@@ -243,6 +271,24 @@ class FConvDecoder(nn.Module):
     def max_positions(self) -> int:
         """The longest target (in tokens, EOS included) the position table can number."""
         return self.embed_positions.max_positions
+
+
+class _RowGroups(NamedTuple):
+    """Which rows of a cached encoder output hold equal copies."""
+
+    ids: torch.Tensor  # (B,) on the cache's device: rows with equal ids hold equal values
+    block_size: int = 0  # the block size `block_ids` was read for; 0: not read yet
+    # on the host, the id of each block of `block_size` rows; None if a block mixes copies
+    block_ids: tuple[int, ...] | None = None
+
+    def for_blocks(self, size: int) -> _RowGroups:
+        """These groups with each block's id on the host: read once per cache and block size."""
+        if self.block_size == size:
+            return self
+        ids = self.ids.tolist()  # the one host read of this cache's groups
+        firsts = tuple(ids[::size])
+        uniform = len(ids) % size == 0 and all(g == firsts[i // size] for i, g in enumerate(ids))
+        return self._replace(block_size=size, block_ids=firsts if uniform else None)
 
 
 def _equal_row_groups(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:

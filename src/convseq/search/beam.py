@@ -8,6 +8,9 @@ sentence (one small ``topk`` over continuations and EOS candidates). The host re
 ``(bsz, beam)`` tensor per step, the finished scores, and loops only over finished hypotheses,
 whose histories come from one gather per tensor; a sentence with ``beam`` finished hypotheses
 leaves the batch, the decoder state and the encoder output.
+
+The decoder is told that hypotheses stay within their sentence's beam (`block_reorder`), so that
+it keeps its cached encoder output without comparing copies on the device.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from convseq.modules.reorder import block_reorder
 from convseq.search.common import (
     Hypothesis,
     SearchModel,
@@ -220,7 +224,10 @@ def _search(
             parents = parents.view(-1)  # (rows',) in this step's numbering
             cum = cum.view(-1)
             history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step)
-            m.reorder_incremental_state(state, parents)
+            # every hypothesis continues one of its own sentence's beam: told so, the decoder
+            # decides on the host whether its cached encoder output must be copied
+            with block_reorder(K, keep if shrunk else None):
+                m.reorder_incremental_state(state, parents)
             if shrunk:
                 # the K copies of a sentence's encoder output are identical, so only removing
                 # sentences changes it: a reorder within beams would copy it for nothing
