@@ -9,8 +9,10 @@ sentence (one small ``topk`` over continuations and EOS candidates). The host re
 whose histories come from one gather per tensor; a sentence with ``beam`` finished hypotheses
 leaves the batch, the decoder state and the encoder output.
 
-The decoder is told that hypotheses stay within their sentence's beam (`block_reorder`), so that
-it keeps its cached encoder output without comparing copies on the device.
+No other step waits for the device: the host's index lists (finished rows, kept sentences) are
+queued to it from pinned memory (`index_tensor`), and the decoder is told that hypotheses stay
+within their sentence's beam (`block_reorder`), so that it keeps its cached encoder output
+without comparing copies on the device.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from convseq.search.common import (
     SearchTimer,
     as_search_model,
     check_arguments,
+    index_tensor,
     length_normalise,
     max_lengths,
     phase_of,
@@ -214,7 +217,7 @@ def _search(
             shrunk = shrink and bool(newly_finished)
             if shrunk:
                 keep = [b for b, sent in enumerate(sent_ids) if not finished[sent]]
-                keep_t = torch.tensor(keep, device=device)  # (new bsz,)
+                keep_t = index_tensor(keep, device)  # (new bsz,)
                 parents, new_tokens, new_lprobs, cum = (
                     t.index_select(0, keep_t) for t in (parents, new_tokens, new_lprobs, cum)
                 )  # (new bsz, K) each
@@ -283,7 +286,7 @@ def _force_eos(lprobs: torch.Tensor, positions: list[int], eos: int) -> None:
     """Leave only EOS open for the sentences at ``positions`` of a (bsz, K, V) log-prob view."""
     if not positions:
         return
-    idx = torch.tensor(positions, device=lprobs.device)  # (n,)
+    idx = index_tensor(positions, lprobs.device)  # (n,)
     eos_lprobs = lprobs[idx, :, eos]  # (n, K) a copy
     lprobs[idx] = NEG_INF
     lprobs[idx, :, eos] = eos_lprobs
@@ -333,7 +336,7 @@ def _finalise(
             finished[sent] = True
             done.append(b)
     if picks:
-        blocks.append(history.finished(torch.tensor(picks, device=history.device), step))
+        blocks.append(history.finished(index_tensor(picks, history.device), step))
     return done
 
 

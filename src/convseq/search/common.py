@@ -252,6 +252,19 @@ def max_lengths(
     return limits
 
 
+def index_tensor(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """(n,) long tensor of host ints on ``device``, queued without waiting for the device.
+
+    A plain copy from pageable host memory to a CUDA device waits until the device's queue is
+    empty; one from pinned memory is queued like a kernel and the host goes on (the caching
+    host allocator keeps the pinned block until the copy is done).
+    """
+    if device.type == "cuda":
+        pinned = torch.tensor(values, dtype=torch.long, pin_memory=True)
+        return pinned.to(device, non_blocking=True)
+    return torch.tensor(values, dtype=torch.long, device=device)
+
+
 def length_normalise(score: float, length: int, lenpen: float, normalize: bool) -> float:
     """A finished hypothesis' score: the log-prob sum, over ``length ** lenpen`` if normalised."""
     return score / (length**lenpen) if normalize else score

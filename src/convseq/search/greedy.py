@@ -62,7 +62,8 @@ def greedy(
                 lprobs[:, m.eos] = NEG_INF
             at_limit = limits_t.le(step)  # (B,)
             eos_lp = lprobs[:, m.eos].clone()
-            lprobs[at_limit] = NEG_INF
+            # masked_fill, not lprobs[at_limit]: boolean indexing counts the rows on the host
+            lprobs.masked_fill_(at_limit.unsqueeze(1), NEG_INF)
             lprobs[:, m.eos] = torch.where(at_limit, eos_lp, lprobs[:, m.eos])
             token = lprobs.argmax(dim=1)  # (B,)
             picked_lprobs.append(lprobs.gather(1, token.unsqueeze(1)))  # (B, 1)
@@ -71,13 +72,16 @@ def greedy(
             ends = torch.where(~done & token.eq(m.eos), torch.full_like(ends, step), ends)
             done |= token.eq(m.eos)
             prev = torch.cat([prev, token.unsqueeze(1)], dim=1)
+            # the step's one host read: stopping when all are done saves the quadratic forward
             if bool(done.all()):
                 break
 
     out = []
     lps = torch.cat(picked_lprobs, dim=1)  # (B, steps)
-    for i, end in enumerate(ends.tolist()):
-        length = end + 1
+    lengths = [end + 1 for end in ends.tolist()]
+    # each row's sum over its own slice (the same reduction as one sum per row), read at once
+    sums = torch.stack([lps[i, :n].sum() for i, n in enumerate(lengths)]).tolist()
+    for i, length in enumerate(lengths):
         positional = lps[i, :length]
         attention = None
         if attns:
@@ -86,9 +90,7 @@ def greedy(
             [
                 {
                     "tokens": prev[i, 1 : length + 1],
-                    "score": length_normalise(
-                        float(positional.sum()), length, lenpen, normalize_scores
-                    ),
+                    "score": length_normalise(sums[i], length, lenpen, normalize_scores),
                     "positional_scores": positional,
                     "attention": attention,
                 }
