@@ -210,26 +210,35 @@ class Translator:
         src_lengths: torch.Tensor,
         hyps: list[list[dict[str, Any]]],
     ) -> list[dict[str, Any]]:
-        ids = batch["id"].tolist()
-        lengths = src_lengths.tolist()
-        src_rows = src_tokens.cpu().tolist()
+        # every tensor the records need comes to the host in one transfer per dtype for the
+        # whole batch: a copy per hypothesis would make the host wait for the device each time
+        wanted = [torch.as_tensor(batch["id"]), src_lengths, src_tokens]  # (B,), (B,), (B, S)
+        for h in (h for nbest in hyps for h in nbest):
+            wanted.append(h["tokens"])  # (L,)
+            wanted.append(h["positional_scores"].float())  # (L,)
+            if h.get("attention") is not None:
+                wanted.append(h["attention"].float())  # (src_len, L)
+            if isinstance(h["score"], torch.Tensor):
+                wanted.append(h["score"])  # ()
+        host = iter(_to_host(wanted))  # CPU tensors, in the order of `wanted`
+        ids, lengths, src_rows = next(host).tolist(), next(host).tolist(), next(host).tolist()
         out = []
         for i, (sent_id, nbest) in enumerate(zip(ids, hyps)):
             src = src_rows[i][len(src_rows[i]) - lengths[i] :]  # padding removed, EOS kept
             record_hyps = []
             for h in nbest:
-                tokens = h["tokens"].cpu().clone()  # (L,)
-                attention = h.get("attention")
-                if attention is not None:
-                    attention = attention.float().cpu().clone()  # (src_len, L)
+                tokens = next(host)
+                positional = next(host)
+                attention = None if h.get("attention") is None else next(host)
+                score = next(host) if isinstance(h["score"], torch.Tensor) else h["score"]
                 token_list = tokens.tolist()
                 record_hyps.append(
                     {
                         "text": self.decode(token_list),
                         "symbols": [self.tgt_dict[t] for t in token_list],
                         "tokens": tokens,
-                        "score": float(h["score"]),
-                        "positional_scores": h["positional_scores"].float().cpu().clone(),
+                        "score": float(score),
+                        "positional_scores": positional,
                         "attention": attention,
                         "alignment": [] if attention is None else attention.argmax(0).tolist(),
                     }
@@ -323,6 +332,29 @@ class Translator:
         else:
             texts = [[h["text"] for h in r["hypotheses"]] for r in records]
         return texts[0] if single else texts
+
+
+def _to_host(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """CPU copies of ``tensors``, in order, with one device-to-host copy per device and dtype.
+
+    The tensors of one device and dtype are flattened into one, copied at once and split on
+    the host. Each result owns its memory, so that a record pickled or saved on its own carries
+    its values only, not the whole batch's.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype), []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for (device, _), members in groups.items():
+        parts = [tensors[i] for i in members]
+        if device.type == "cpu":  # no transfer to save: one copy each, no concatenation
+            for i, t in zip(members, parts):
+                out[i] = t.clone()
+            continue
+        flat = torch.cat([t.reshape(-1) for t in parts]).cpu()  # (sum of numel,) one copy
+        for i, t, piece in zip(members, parts, flat.split([t.numel() for t in parts])):
+            out[i] = piece.view(t.shape).clone()  # its own storage
+    return out  # type: ignore[return-value]
 
 
 def translator_of(module: Any) -> Translator:
