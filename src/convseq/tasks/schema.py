@@ -155,6 +155,8 @@ class GenConfig:
     max_tokens: int | None = 4000  # source tokens per batch, padding included
     batch_size: int | None = None  # sentences per batch (with or instead of max_tokens)
     split: str = "test"  # valid | test: the split task=generate translates and scores
+    input: str | None = None  # task=generate: a raw text file to translate instead of a split
+    reference: str | None = None  # task=generate with input: its reference file (BLEU, chrF)
     tokenize: str = "13a"  # sacreBLEU's tokenizer
     profile: bool = False  # task=generate: print where the time goes (+ a bar chart PNG)
     plot_attention: int = 0  # task=generate: attention heatmap PNGs of the first N sentences
