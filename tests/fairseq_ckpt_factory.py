@@ -372,3 +372,20 @@ def write_dict(path: Path, num_symbols: int, prefix: str = "w") -> Path:
     lines = [f"{prefix}{i} {1000 - i}" for i in range(num_symbols - 4)]
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
+
+
+def write_databin_files(
+    folder: Path, src: str, tgt: str, splits: Sequence[str] = ("train", "valid", "test")
+) -> list[Path]:
+    """Empty ``<split>.<src>-<tgt>.<lang>.{idx,bin}`` files, named as fairseq-preprocess names them.
+
+    Only the names matter to the readers of the language pair; the contents stay empty.
+    """
+    written = []
+    for split in splits:
+        for lang in (src, tgt):
+            for ext in ("idx", "bin"):
+                path = folder / f"{split}.{src}-{tgt}.{lang}.{ext}"
+                path.write_bytes(b"")
+                written.append(path)
+    return written

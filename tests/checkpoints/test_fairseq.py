@@ -30,6 +30,7 @@ from tests.fairseq_ckpt_factory import (
     fconv_keys_and_shapes,
     fconv_state_dict,
     write_checkpoint,
+    write_databin_files,
     write_dict,
 )
 
@@ -413,6 +414,73 @@ def test_language_pair_inferred_from_dictionary_sizes(tmp_path):
     write_dict(tmp_path / "dict.it.txt", 16)  # now two candidates for the target
     with pytest.raises(CheckpointError, match="does not name its language pair"):
         load_fairseq(path)
+
+
+def _unnamed_pair_checkpoint(folder: Path, form: str = "args", tgt_vocab: int = 8) -> Path:
+    """A checkpoint naming no languages, with dict.de.txt (8) and dict.en.txt beside it."""
+    keys = fconv_keys_and_shapes(**dict(TINY, tgt_vocab=tgt_vocab))
+    args = fairseq_namespace(TINY_ARGS, source_lang=None, target_lang=None)
+    path = folder / "checkpoint_best.pt"
+    if form == "args":
+        write_checkpoint(path, fconv_state_dict(keys), args=args)
+    else:
+        write_checkpoint(path, fconv_state_dict(keys), args=None, cfg=fairseq_container(args))
+    _dicts(folder, src="de", tgt="en", src_size=8, tgt_size=tgt_vocab)
+    return path
+
+
+@pytest.mark.parametrize("form", ["args", "container"])
+def test_language_pair_read_from_the_databin_file_names(tmp_path, form):
+    path = _unnamed_pair_checkpoint(tmp_path, form)  # same sizes: the sizes cannot tell
+    with pytest.raises(CheckpointError, match="does not name its language pair"):
+        load_fairseq(path)
+    write_databin_files(tmp_path, "en", "de")
+    _, src_dict, tgt_dict = load_fairseq(path)
+    assert src_dict[4] == "t0" and tgt_dict[4] == "s0"  # en -> de, as the files say
+
+
+def test_databin_file_names_in_dict_dir_and_only_idx_bin_names_count(tmp_path):
+    path = _unnamed_pair_checkpoint(tmp_path)
+    dicts = tmp_path / "databin"
+    dicts.mkdir()
+    for name in ("dict.de.txt", "dict.en.txt"):
+        (tmp_path / name).rename(dicts / name)
+    # names that are not a data-bin's: no pair from them
+    for name in ("train.en-de.en.txt", "notes.en-de.idx", "train.en-de.fr.bin", "en-de.en.bin"):
+        (dicts / name).write_bytes(b"")
+    with pytest.raises(CheckpointError, match="does not name its language pair"):
+        load_fairseq(path, dict_dir=dicts)
+    write_databin_files(dicts, "en", "de", splits=("test",))
+    _, src_dict, _ = load_fairseq(path, dict_dir=dicts)
+    assert src_dict[4] == "t0"
+
+
+def test_several_pairs_in_the_databin_file_names_are_refused_by_name(tmp_path):
+    path = _unnamed_pair_checkpoint(tmp_path)
+    write_databin_files(tmp_path, "de", "en")
+    write_databin_files(tmp_path, "en", "de", splits=("valid",))
+    with pytest.raises(CheckpointError) as e:
+        load_fairseq(path)
+    message = str(e.value)
+    assert "de-en" in message and "en-de" in message and str(tmp_path) in message
+    assert "source_lang=" in message and "gen.dict_dir" in message
+    _, src_dict, _ = load_fairseq(path, source_lang="de", target_lang="en")  # the way out
+    assert src_dict[4] == "s0"
+
+
+def test_the_checkpoints_own_pair_wins_over_the_databin_file_names(tmp_path):
+    path = _tiny_checkpoint(tmp_path, "args")  # names de -> en
+    write_dict(tmp_path / "dict.fr.txt", 8, prefix="f")
+    write_databin_files(tmp_path, "fr", "en")
+    _, src_dict, _ = load_fairseq(path)
+    assert src_dict[4] == "s0"
+
+
+def test_without_databin_files_the_sizes_still_pick_the_pair(tmp_path):
+    path = _unnamed_pair_checkpoint(tmp_path, tgt_vocab=16)
+    (tmp_path / "train.de-en.de.txt").write_text("not a data-bin file\n")
+    _, src_dict, tgt_dict = load_fairseq(path)
+    assert (len(src_dict), len(tgt_dict)) == (8, 16) and tgt_dict[4] == "t0"
 
 
 # -- files that are not (safe) checkpoints --------------------------------------------------------

@@ -30,6 +30,40 @@ def _dict_path(folder: Path, lang: str) -> Path:
     return folder / f"dict.{lang}.txt"
 
 
+def databin_language_pairs(folder: Path) -> list[tuple[str, str]]:
+    """The (source, target) pairs that a fairseq data-bin's file names give, sorted.
+
+    fairseq-preprocess names its files ``<split>.<src>-<tgt>.<lang>.{idx,bin}`` (e.g.
+    ``train.de-en.de.bin``), and fairseq's translation task reads the pair from these names when
+    the languages are not given (``infer_language_pair``). A name counts when its language is
+    one of the pair's; codes cannot hold '-' or '.', as in fairseq.
+    """
+    if not folder.is_dir():
+        return []
+    pairs = set()
+    for path in folder.iterdir():
+        parts = path.name.split(".")
+        if len(parts) < 4 or parts[-1] not in ("idx", "bin") or not all(parts):
+            continue
+        langs = parts[-3].split("-")
+        if len(langs) == 2 and all(_LANG.match(x) for x in langs) and parts[-2] in langs:
+            pairs.add((langs[0], langs[1]))
+    return sorted(pairs)
+
+
+def _pair_from_databin(folder: Path, checkpoint: Path) -> tuple[str, str] | None:
+    """The one language pair the folder's data-bin files name; None when they name none."""
+    pairs = databin_language_pairs(folder)
+    if len(pairs) > 1:
+        named = ", ".join(f"{s}-{t}" for s, t in pairs)
+        raise CheckpointError(
+            f"{checkpoint}: the checkpoint does not name its language pair, and the data-bin "
+            f"files in {folder} name several ({named}); pass source_lang= and target_lang=, or "
+            "a dict_dir (task=generate: gen.dict_dir) whose .idx/.bin files name one pair"
+        )
+    return pairs[0] if pairs else None
+
+
 def _guess_languages(
     folder: Path, model_sd: Mapping[str, torch.Tensor], checkpoint: Path
 ) -> tuple[str, str]:
@@ -58,8 +92,9 @@ def _guess_languages(
     raise CheckpointError(
         f"{checkpoint}: the checkpoint does not name its language pair, and the dictionaries "
         f"in {folder} ({', '.join(p.name for p in found) or 'none'}) do not identify it "
-        f"(need one of {src_rows} and one of {tgt_rows} symbols); pass source_lang= and "
-        "target_lang="
+        f"(need one of {src_rows} and one of {tgt_rows} symbols), and no data-bin file there "
+        "names it (<split>.<src>-<tgt>.<lang>.idx/.bin); pass source_lang= and target_lang=, or "
+        "a dict_dir (task=generate: gen.dict_dir) holding the data-bin"
     )
 
 
@@ -81,7 +116,10 @@ def load_fairseq(
         checkpoint_path: fairseq's ``checkpoint_best.pt`` / ``model.pt``.
         dict_dir: the folder holding ``dict.<src>.txt`` and ``dict.<tgt>.txt``; default: the
             checkpoint's folder (where fairseq's released models keep them).
-        source_lang, target_lang: override the language pair the checkpoint names.
+        source_lang, target_lang: override the language pair the checkpoint names. When
+            neither names it, the pair comes from the dictionary folder's data-bin file names
+            (``train.de-en.de.bin``: de->en, as fairseq reads it), else from which
+            ``dict.*.txt`` sizes fit the embeddings.
 
     Returns:
         (model in eval mode, source dictionary, target dictionary).
@@ -117,6 +155,11 @@ def load_fairseq(
     folder = Path(dict_dir) if dict_dir is not None else path.parent
     src, tgt = language_pair(plain)
     src, tgt = source_lang or src, target_lang or tgt
+    if src is None or tgt is None:
+        # as fairseq's translation task: the data-bin's file names, then (convseq) the sizes
+        found = _pair_from_databin(folder, path)
+        if found is not None:
+            src, tgt = src or found[0], tgt or found[1]
     if src is None or tgt is None:
         src, tgt = _guess_languages(folder, model_sd, path)
     dicts = []
