@@ -1,4 +1,4 @@
-"""Generation over a data-bin split: the checkpoints to load, the batches, the Lightning wrapper.
+"""Generation over a data-bin split or encoded text: the checkpoints, the batches, the wrapper.
 
 `task=generate` (`convseq.tasks.generate`) and validation BLEU during training
 (`convseq.training.valid_bleu`) both translate a split through these pieces:
@@ -6,6 +6,9 @@
 - `checkpoint_paths` / `load_translator`: ``ckpt=`` (one path, or several joined by ':' for an
   ensemble) read into a `Translator` with the ``gen`` search settings;
 - `split_loader`: the split's sources batched by ``gen.max_tokens`` / ``gen.batch_size``;
+  `batch_loader`: the same for any dataset of encoded sources (``task=generate gen.input=FILE``);
+- `split_batches` / `encoded_batches`: what a rank's loader is built from, once the ranks are
+  known (a `BatchesFn`);
 - `GenerationModule` + `predict_trainer`: a Translator run by ``trainer.predict`` (device
   placement, progress bar, the generation profiler's hooks);
 - `translate_split`: the same without a Trainer, for use inside training hooks.
@@ -14,9 +17,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import nn
@@ -75,6 +81,25 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
 # ---------------------------------------------------------------------------- batches
 
 
+#: ``shard_of=(rank, world)`` -> that rank's batches: Lightning starts the ranks after the
+#: module exists, so the module holds this and builds its loader in ``predict_dataloader``.
+BatchesFn = Callable[..., DataLoader]
+
+
+@dataclass(frozen=True)
+class SourceLines:
+    """Where the sentences of an encoded dataset come from: a file and each one's 1-based line.
+
+    Lets a batching error name the file and line of the sentence concerned.
+    """
+
+    path: str
+    lines: Sequence[int]
+
+    def __call__(self, index: int) -> tuple[str, int]:
+        return self.path, int(self.lines[index])
+
+
 def split_loader(
     translator: Translator,
     databin: DataBin,
@@ -89,9 +114,6 @@ def split_loader(
     their own segmentation and dictionary. ``shard_of=(rank, world)`` keeps that rank's share
     of the one-process batch list (`convseq.inference.sharding`): the same batches, split up.
     """
-    max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
-    if max_tokens is None and batch_size is None:
-        raise DataError("gen.max_tokens and gen.batch_size are both null; set one")
     if translator.src_dict == databin.src_dict:
         src, _ = databin.split(split)
         dataset = LanguagePairDataset(src, None, pad=translator.src_dict.pad())
@@ -107,12 +129,41 @@ def split_loader(
                 "%s: %d source line(s) truncated to the model's positions", split, truncated
             )
         dataset = LanguagePairDataset(encoded, None, pad=translator.src_dict.pad())
+    return batch_loader(dataset, translator, gen, split, shard_of)
+
+
+def batch_loader(
+    dataset: LanguagePairDataset,
+    translator: Translator,
+    gen: Mapping[str, Any],
+    name: str,
+    shard_of: tuple[int, int] = (0, 1),
+    locate: Callable[[int], tuple[str, int]] | None = None,
+) -> DataLoader:
+    """Batches of ``dataset``'s sources, made as a split's are (length-sorted, token budget).
+
+    ``name`` is the data's name in messages; ``locate(i)`` gives (file, line) of sentence ``i``
+    for them, when the sentences come from a text file.
+    """
+    max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
+    if max_tokens is None and batch_size is None:
+        raise DataError("gen.max_tokens and gen.batch_size are both null; set one")
     limit = translator.max_source_positions() or 1 << 30
-    longest = int(dataset.src_sizes.max())
+    longest_at = int(np.argmax(dataset.src_sizes))
+    longest = int(dataset.src_sizes[longest_at])
     if max_tokens is not None and longest > int(max_tokens):
+        fix = f"raise gen.max_tokens to at least {longest}"
+        if locate is None:
+            raise DataError(
+                f"gen.max_tokens={max_tokens} is smaller than the longest source of {name} "
+                f"({longest} tokens, EOS included): {fix}"
+            )
+        path, line = locate(longest_at)
         raise DataError(
-            f"gen.max_tokens={max_tokens} is smaller than the longest source of {split} "
-            f"({longest} tokens, EOS included): raise gen.max_tokens to at least {longest}"
+            f"this line is {longest} tokens long (EOS included), more than gen.max_tokens="
+            f"{max_tokens}: {fix}",
+            path=path,
+            line=line,
         )
     sampler = TokenBatchSampler(
         dataset.src_sizes,
@@ -122,23 +173,45 @@ def split_loader(
         shuffle=False,
         max_positions=(limit, 1 << 30),
         overlong="error",
-        name=split,
+        name=name,
     )
     batches = BatchList(shard(list(sampler), *shard_of))  # one process' batches, every world-th
     return DataLoader(dataset, batch_sampler=batches, collate_fn=dataset.collater)
 
 
+def split_batches(
+    translator: Translator, databin: DataBin, split: str, gen: Mapping[str, Any]
+) -> BatchesFn:
+    """A `BatchesFn` of the split (`split_loader` with the rank's ``shard_of``)."""
+    return partial(split_loader, translator, databin, split, gen)
+
+
+def encoded_batches(
+    translator: Translator,
+    encoded: Sequence[np.ndarray],
+    gen: Mapping[str, Any],
+    name: str,
+    locate: Callable[[int], tuple[str, int]] | None = None,
+) -> BatchesFn:
+    """A `BatchesFn` of already encoded sources (ids ending in EOS); sentence ids index them."""
+    if not encoded:
+        raise DataError(f"{name}: no sentence to translate")
+    dataset = LanguagePairDataset(list(encoded), None, pad=translator.src_dict.pad())
+    return partial(batch_loader, dataset, translator, gen, name, locate=locate)
+
+
 class GenerationModule(pl.LightningModule):
     """A Translator as a LightningModule, for ``trainer.predict`` on one device or several.
 
-    Each rank translates its share of the split (`split_loader` with its rank) and keeps its
-    records; at the end of the predict epoch every rank holds all records, in input order
+    Each rank translates its share of the batches (``batches`` called with its rank) and keeps
+    its records; at the end of the predict epoch every rank holds all records, in input order
     (`records`), gathered while the process group is still up.
 
     Args:
         translator: the models (one, or an ensemble), dictionaries and segmentation.
         options: the search settings.
-        databin, split, gen: what `predict_dataloader` batches (`split_loader`'s arguments).
+        batches: what `predict_dataloader` returns, given ``shard_of=(rank, world)``: a split's
+            (`split_batches`) or encoded text's (`encoded_batches`).
         profiler: optional `GenerationProfiler` (its timer is passed to the search); it times
             this rank's share only.
     """
@@ -147,16 +220,14 @@ class GenerationModule(pl.LightningModule):
         self,
         translator: Translator,
         options: GenOptions,
-        databin: DataBin,
-        split: str,
-        gen: Mapping[str, Any],
+        batches: BatchesFn,
         profiler: GenerationProfiler | None = None,
     ):
         super().__init__()
         self.translator = translator
         self.members = nn.ModuleList(translator.models)  # registered: Lightning moves them
         self.options = options
-        self.databin, self.split, self.gen = databin, split, dict(gen)
+        self.batches = batches
         self.profiler_ = profiler
         self.records: list[dict] = []
         self.sentences_per_rank: list[int] = []
@@ -164,10 +235,7 @@ class GenerationModule(pl.LightningModule):
 
     def predict_dataloader(self) -> DataLoader:
         # built here, once the ranks are known (Lightning starts them after the module exists)
-        world = self.trainer.world_size
-        return split_loader(
-            self.translator, self.databin, self.split, self.gen, (self.global_rank, world)
-        )
+        return self.batches(shard_of=(self.global_rank, self.trainer.world_size))
 
     def on_predict_epoch_start(self) -> None:
         self._mine, self.records = [], []
@@ -215,7 +283,7 @@ def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = Fals
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress,
-        use_distributed_sampler=False,  # split_loader shards the batches itself
+        use_distributed_sampler=False,  # batch_loader shards the batches itself
     )
 
 
