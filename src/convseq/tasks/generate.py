@@ -1,10 +1,13 @@
-"""`task=generate`: translate a split with trained checkpoints, write the hypotheses, score BLEU.
+"""`task=generate`: translate a split or a text file with trained checkpoints, write the
+hypotheses, score BLEU.
 
     python run.py task=generate ckpt=outputs/.../checkpoints/best.ckpt gen.beam=5 gen.split=test
     python run.py task=generate ckpt=a.ckpt:b.ckpt            # an ensemble (fairseq's --path a:b)
     python run.py task=generate ckpt=wmt/checkpoint_best.pt   # a fairseq fconv checkpoint
+    python run.py task=generate ckpt=... gen.input=news.de [gen.reference=news.en]
 
-Files written into ``gen.output`` (default: the run folder), for split ``S``:
+Files written into ``gen.output`` (default: the run folder), for split ``S`` (or ``gen.input``'s
+file stem):
 
 - ``generate-S.txt``: the best hypothesis of each sentence, detokenised, one per line, in the
   order of the split's input file;
@@ -21,6 +24,12 @@ Files written into ``gen.output`` (default: the run folder), for split ``S``:
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
 never with references rebuilt from the binarised data.
 
+``gen.input=FILE`` translates the lines of a raw text file instead (segmented with the
+checkpoint's own segmentation, as task=interactive does; no data-bin is read), batched and run
+exactly as a split is; an empty line gets an empty hypothesis, as in task=interactive. With
+``gen.reference=FILE`` (line i translates input line i) BLEU and chrF are computed against it and
+the n-best file has ``T-`` lines; without, there are no scores.
+
 With ``trainer.devices=N`` and ``trainer.strategy=ddp`` (N GPUs, or N processes on the CPU) the
 ranks translate the one-process batches in turn (`convseq.inference.sharding`), the records are
 gathered in input order, and rank 0 writes exactly the files of a one-process run.
@@ -29,91 +38,110 @@ gathered in input order, and rank 0 writes exactly the files of a one-process ru
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pytorch_lightning as pl
+
 from convseq.data.databin import TEXT_SPLITS, DataBin
 from convseq.data.preprocess import prepare_databin
+from convseq.data.textio import TextFile, read_text_file
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
 from convseq.inference.generation import (
+    BatchesFn,
     GenerationModule,
+    SourceLines,
     checkpoint_paths,
+    encoded_batches,
     load_translator,
     predict_trainer,
+    split_batches,
 )
 from convseq.inference.options import GenerationError
 from convseq.inference.profiler import GenerationProfiler
-from convseq.inference.records import (
-    best_texts,
-    generated_tokens,
-    speed_line,
-    write_nbest,
-)
+from convseq.inference.records import best_texts, generated_tokens, speed_line, write_nbest
+from convseq.inference.translator import Translator
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[\w.\-]+$")  # a file stem usable as it is in generate-<name>.txt
+
+
+@dataclass
+class Job:
+    """What a generate run translates, and which output line each translated sentence fills."""
+
+    name: str  # the files' <name>: the split, or gen.input's file stem
+    translator: Translator
+    batches: BatchesFn | None  # None: nothing to translate (every input line is empty)
+    total: int  # output lines
+    refs: list[str] | None  # None: no reference, no scores, no T- lines
+    rows: list[int] | None = None  # output line (0-based) of each translated sentence; None: same
+    about: dict[str, Any] = field(default_factory=dict)  # the JSON's account of the input
+
+    @property
+    def translated(self) -> int:
+        return self.total if self.rows is None else len(self.rows)
 
 
 def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """`python run.py task=generate ckpt=...`: see the module docstring. Returns the results."""
     gen = dict(cfg.get("gen") or {})
-    split = str(gen.get("split", "test"))
-    if split not in TEXT_SPLITS:
-        raise DataError(
-            f"gen.split={split!r}: BLEU needs the split's reference text, kept for {TEXT_SPLITS}"
-        )
     plot_attention = attention_plot_count(gen)
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
-    translator = load_translator(cfg, databin)
-    refs = databin.text(split, "tgt")
-    profiler = GenerationProfiler(translator.models) if gen.get("profile") else None
-    module = GenerationModule(translator, translator.options, databin, split, gen, profiler)
+    job = input_job(cfg, gen) if gen.get("input") else split_job(cfg, gen)
+    profiler = GenerationProfiler(job.translator.models) if gen.get("profile") else None
     trainer = predict_trainer(cfg.get("trainer"))
-    # split_loader's sampler yields every index exactly once (shuffle off, nothing dropped)
-    warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
 
     if profiler is not None:
         profiler.start()
     t0 = time.perf_counter()
-    # each rank translates its share; the module gathers every record, in input order
-    trainer.predict(module, return_predictions=False)
+    records, per_rank = translate_job(job, trainer, profiler)
     seconds = time.perf_counter() - t0
     if not trainer.is_global_zero:
-        return {"split": split, "sentences": len(module.records)}  # rank 0 writes and scores
+        return {**job.about, "sentences": len(records)}  # rank 0 writes and scores
     if profiler is not None:
         profiler.predict_done()
-    with profiler.phase("detok") if profiler is not None else _nothing():
-        records = module.records
-        hyps = best_texts(records, len(refs))
-    with profiler.phase("scoring") if profiler is not None else _nothing():
-        scores = corpus_scores(hyps, refs, tokenize=str(gen.get("tokenize", "13a")))
+    with _phase(profiler, "detok"):
+        hyps, records, listed = output_lines(job, records)
+    with _phase(profiler, "scoring"):
+        scores = None
+        if job.refs is not None:
+            scores = corpus_scores(hyps, job.refs, tokenize=str(gen.get("tokenize", "13a")))
     if profiler is not None:
         profiler.stop()
 
     out_dir = Path(gen.get("output") or cfg["paths"]["output_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    hyp_path = out_dir / f"generate-{split}.txt"
+    hyp_path = out_dir / f"generate-{job.name}.txt"
     hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    write_nbest(out_dir / f"generate-{split}.nbest.txt", records, refs)
+    write_nbest_file(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
     attention_pngs: list[Path] = []
     if plot_attention:
-        attention_pngs = write_attention_plots(records, out_dir, split, plot_attention)
+        attention_pngs = write_attention_plots(records, out_dir, job.name, plot_attention)
     tokens = generated_tokens(records)
     result = {
-        "split": split,
+        **job.about,
         "checkpoints": checkpoint_paths(cfg.get("ckpt")),
-        "sentences": len(records),
+        "sentences": job.total,
         "tokens": tokens,
         "seconds": seconds,
-        "scores": scores.as_dict(),
-        "options": translator.options.search_kwargs(),
+        "scores": None if scores is None else scores.as_dict(),
+        "options": job.translator.options.search_kwargs(),
         "max_tokens": gen.get("max_tokens"),
         "batch_size": gen.get("batch_size"),
         "devices": trainer.world_size,
-        "sentences_per_rank": module.sentences_per_rank,
+        "sentences_per_rank": per_rank,
     }
     if attention_pngs:
         result["attention_plots"] = [str(p) for p in attention_pngs]
@@ -123,14 +151,14 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         profile_png = write_time_breakdown(
             profiler.rows(),
             profiler.wall,
-            out_dir / f"generate-{split}.profile.png",
-            title=f"Where the time goes (generate {split})",
+            out_dir / f"generate-{job.name}.profile.png",
+            title=f"Where the time goes (generate {job.name})",
         )
         result["profile_chart"] = str(profile_png)
-    (out_dir / f"generate-{split}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / f"generate-{job.name}.json").write_text(json.dumps(result, indent=2) + "\n")
 
     print(speed_line(len(records), tokens, seconds))
-    for line in scores.lines():
+    for line in scores.lines() if scores is not None else []:
         print(line)
     if profiler is not None:
         print(profiler.table())
@@ -138,7 +166,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if attention_pngs:
         print(
             f"convseq: {len(attention_pngs)} attention heatmap(s) written to "
-            f"{out_dir}/attention-{split}-*.png"
+            f"{out_dir}/attention-{job.name}-*.png"
         )
     print(f"convseq: hypotheses written to {hyp_path}", flush=True)
     return result
@@ -157,9 +185,181 @@ def attention_plot_count(gen: Mapping[str, Any]) -> int:
     return n
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
+# ---------------------------------------------------------------------------- what to translate
 
-    def __exit__(self, *exc: Any) -> None:
-        return None
+
+def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
+    """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text."""
+    split = str(gen.get("split", "test"))
+    if split not in TEXT_SPLITS:
+        raise DataError(
+            f"gen.split={split!r}: BLEU needs the split's reference text, kept for {TEXT_SPLITS}"
+        )
+    if gen.get("reference"):
+        raise DataError(
+            f"gen.reference={gen['reference']!r} is read only with gen.input=FILE; a split is "
+            "scored against the data-bin's reference text"
+        )
+    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    translator = load_translator(cfg, databin)
+    refs = list(databin.text(split, "tgt"))
+    batches = split_batches(translator, databin, split, gen)
+    return Job(split, translator, batches, len(refs), refs, about={"split": split})
+
+
+def input_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
+    """The lines of ``gen.input`` (and ``gen.reference``'s, if given); no data-bin is read.
+
+    The files are checked before the checkpoint is loaded, so a wrong path fails at once.
+    """
+    source = read_input(gen["input"], "gen.input")
+    if not source.lines:
+        raise DataError("gen.input is empty: no line to translate", path=str(source.path))
+    refs, ref_path = None, None
+    if gen.get("reference"):
+        reference = read_input(gen["reference"], "gen.reference")
+        check_line_counts(source, reference)
+        refs, ref_path = reference.lines, str(reference.path)
+    translator = load_translator(cfg, databin=None)  # the checkpoint's own segmentation
+    encoded, rows = encode_lines(translator, source)
+    batches = None
+    if encoded:
+        where = SourceLines(str(source.path), [r + 1 for r in rows])
+        batches = encoded_batches(translator, encoded, gen, str(source.path), where)
+    about = {
+        "input": str(source.path),
+        "reference": ref_path,
+        "empty_lines": len(source) - len(rows),
+    }
+    return Job(output_name(source.path), translator, batches, len(source), refs, rows, about)
+
+
+def read_input(value: Any, key: str) -> TextFile:
+    """The stripped lines of the text file ``key`` names (UTF-8 checked, with file:line)."""
+    path = Path(str(value)).expanduser()
+    if path.is_dir():
+        raise DataError(
+            f"{key} names a folder; give a text file, one sentence per line", path=str(path)
+        )
+    if not path.is_file():
+        raise DataError(
+            f"{key}: no such file; give a text file, one sentence per line (a relative path "
+            "starts from the folder run.py is started in)",
+            path=str(path),
+        )
+    return read_text_file(path, strip=True)
+
+
+def check_line_counts(source: TextFile, reference: TextFile) -> None:
+    """Line i of the reference must translate line i of the input: the counts must agree."""
+    if len(reference) == len(source):
+        return
+    shorter, longer = sorted((source, reference), key=len)
+    raise DataError(
+        f"gen.reference has {len(reference)} lines but gen.input {source.path} has "
+        f"{len(source)}: line {len(shorter) + 1} of {longer.path} has no counterpart in "
+        f"{shorter.path}; line i of the reference must translate line i of the input",
+        path=str(reference.path),
+    )
+
+
+def encode_lines(translator: Translator, text: TextFile) -> tuple[list[np.ndarray], list[int]]:
+    """The ids of the non-empty lines and their 0-based line indices.
+
+    Empty lines are not translated (their hypothesis is an empty line, as in task=interactive);
+    over-long lines are truncated to the model's source positions. Both are reported with
+    their line numbers.
+    """
+    encoded, rows, empty, truncated = [], [], [], []
+    for i, line in enumerate(text.lines):
+        if not line:
+            empty.append(i + 1)
+            continue
+        ids, cut = translator.encode(line)
+        encoded.append(ids)
+        rows.append(i)
+        if cut:
+            truncated.append(i + 1)
+    if empty:
+        log.warning(
+            "%s: %d empty line(s) (%s): nothing to translate, their hypotheses are empty lines",
+            text.path,
+            len(empty),
+            _some(empty),
+        )
+    if truncated:
+        log.warning(
+            "%s: %d line(s) (%s) longer than the model's %s source positions (EOS included); "
+            "translating their beginning only",
+            text.path,
+            len(truncated),
+            _some(truncated),
+            translator.max_source_positions(),
+        )
+    return encoded, rows
+
+
+def output_name(path: Path) -> str:
+    """``generate-<name>.*``: the input file's stem, or ``input`` when it is unusable as a name."""
+    return path.stem if _NAME.match(path.stem) else "input"
+
+
+def _some(lines: Sequence[int], most: int = 10) -> str:
+    shown = ", ".join(map(str, lines[:most]))
+    return f"lines {shown}" + (", ..." if len(lines) > most else "")
+
+
+# ---------------------------------------------------------------------------- translating, output
+
+
+def translate_job(
+    job: Job, trainer: pl.Trainer, profiler: GenerationProfiler | None
+) -> tuple[list[dict], list[int]]:
+    """(records of the translated sentences in input order, sentences per rank), on every rank."""
+    if job.batches is None:
+        return [], []
+    module = GenerationModule(job.translator, job.translator.options, job.batches, profiler)
+    # batch_loader's sampler yields every index exactly once (shuffle off, nothing dropped)
+    warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
+    # each rank translates its share; the module gathers every record, in input order
+    trainer.predict(module, return_predictions=False)
+    return module.records, module.sentences_per_rank
+
+
+def output_lines(job: Job, records: list[dict]) -> tuple[list[str], list[dict], list[dict]]:
+    """(hypothesis of every output line, translated records, records of every line).
+
+    The records' ids become output lines; an empty input line gets an empty hypothesis and a
+    record without hypotheses (its n-best entry: the S- line, and T- with a reference).
+    """
+    texts = best_texts(records, job.translated)  # checks that none is missing
+    if job.rows is None:
+        return texts, records, records
+    hyps = [""] * job.total
+    placed = []
+    for record, text in zip(records, texts):
+        row = job.rows[record["id"]]
+        hyps[row] = text
+        placed.append({**record, "id": row})
+    eos = job.translator.src_dict[job.translator.src_dict.eos()]
+    empty = [
+        {"id": i, "src_symbols": [eos], "hypotheses": []}
+        for i in sorted(set(range(job.total)) - set(job.rows))
+    ]
+    return hyps, placed, sorted(placed + empty, key=lambda r: r["id"])
+
+
+def write_nbest_file(path: Path, records: Sequence[dict], refs: Sequence[str] | None) -> None:
+    """The n-best file; ``T-`` lines only when there is a reference."""
+    write_nbest(path, records, refs if refs is not None else [""] * len(records))
+    if refs is None:
+        # write_nbest writes a T- line per sentence; without a reference there is nothing to
+        # show (fairseq-interactive prints none). Lines are split on \n only: hypotheses may
+        # hold other line-break characters (U+2028, form feeds) that splitlines would cut at
+        lines = path.read_text(encoding="utf-8").split("\n")
+        kept = [ln for ln in lines if not ln.startswith("T-")]
+        path.write_text("\n".join(kept), encoding="utf-8", newline="\n")
+
+
+def _phase(profiler: GenerationProfiler | None, name: str) -> AbstractContextManager:
+    return profiler.phase(name) if profiler is not None else nullcontext()
