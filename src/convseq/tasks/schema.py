@@ -114,6 +114,7 @@ class CheckpointConfig:
     mode: str = "min"  # min | max: whether a lower or a higher monitor value is better
     save_last: bool = True  # last.ckpt after every epoch (what resume=true continues from)
     keep_epochs: int = 0  # also keep epochNNN.ckpt for the last N epochs (0 = none, -1 = all)
+    keep_interval_updates: int = -1  # how many updateUUUUUUU.ckpt to keep (-1 = all)
 
 
 @dataclass
@@ -205,6 +206,8 @@ class Config:
     gen: GenConfig = field(default_factory=GenConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     bleu_every_n_epochs: int = 0  # task=train: validation BLEU every N epochs (0 = off)
+    validate_interval_updates: int = 0  # validate every N updates instead of every epoch (0 = off)
+    save_interval_updates: int = 0  # checkpoints/updateUUUUUUU.ckpt every N updates (0 = off)
     profile: bool = False  # task=train: print where each training epoch's time goes
     final_test: bool = True  # task=train: test loss (and gen.test_bleu) of best.ckpt at the end
 

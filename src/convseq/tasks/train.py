@@ -56,6 +56,7 @@ from convseq.training.build import (
 )
 from convseq.training.callbacks import TrainingInterrupted
 from convseq.training.figures import plain
+from convseq.training.intervals import validation_interval
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
 from convseq.training.valid_bleu import TestBleu
@@ -175,7 +176,9 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
     maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
-    best_value, best_epoch = best_of(history, metric, maximize)
+    validations = [dict(v) for v in module.validations]
+    by_updates = validation_interval(cfg) > 0
+    best_value, best_epoch = best_of(validations if by_updates else history, metric, maximize)
     summary = {
         "epochs": epochs,
         "updates": updates,
@@ -196,6 +199,9 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         # where the end-of-training translation ran (the training device), e.g. "cuda:0"
         "test_device": test_bleu.device if isinstance(test_bleu, TestBleu) else None,
         "history": history,
+        # every validation with its epoch and update count (inside epochs with
+        # validate_interval_updates)
+        "validations": validations,
     }
     if isinstance(trainer.profiler, EpochProfiler):
         profiler = trainer.profiler

@@ -27,6 +27,8 @@ from convseq.training.callbacks import (
     RNGStateCallback,
     SignalCallback,
 )
+from convseq.training.intervals import UpdateCheckpoint, validation_interval
+from convseq.training.intervals import trainer_arguments as interval_arguments
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.run_log import AppendingCSVLogger
@@ -71,10 +73,11 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
     """convseq's callbacks by name, in the order Lightning must call them."""
     ck = cfg.get("checkpoint") or {}
     monitor, mode = ck.get("monitor", "valid/loss"), ck.get("mode", "min")
+    by_updates = validation_interval(cfg) > 0
     cbs: dict[str, pl.Callback] = {
         # First: advances the batch sampler's position before the signal handler saves it.
         "batches": BatchEpochCallback(),
-        "anneal": AnnealingCallback(cfg["anneal"], lr=cfg["optim"]["lr"]),
+        "anneal": AnnealingCallback(cfg["anneal"], lr=cfg["optim"]["lr"], by_validation=by_updates),
         "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
         "rng": RNGStateCallback(),
         "signal": SignalCallback(str(ckpt_dir / LAST)),
@@ -88,11 +91,24 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
             save_last=bool(ck.get("save_last", True)),
             auto_insert_metric_name=False,
             # At the very end of the epoch (after validation, annealing and the epoch's logs),
-            # where Lightning resumes cleanly at the next epoch.
-            save_on_train_epoch_end=True,
+            # where Lightning resumes cleanly at the next epoch; with validations by updates,
+            # right after each validation (and its annealing step) instead.
+            save_on_train_epoch_end=not by_updates,
             enable_version_counter=False,
         ),
     }
+    if by_updates:  # last.ckpt at the end of every epoch too, as fairseq's checkpoint_last.pt
+        cbs["last"] = ModelCheckpoint(
+            dirpath=str(ckpt_dir),
+            save_top_k=0,
+            save_last=True,
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        )
+    save_every = int(cfg.get("save_interval_updates") or 0)
+    if save_every:
+        keep_updates = int(ck.get("keep_interval_updates", -1))
+        cbs["updates"] = UpdateCheckpoint(ckpt_dir, save_every, keep_updates)
     patience = int(cfg.get("patience", -1) or -1)
     if patience > 0:
         cbs["patience"] = EarlyStopping(monitor=monitor, mode=mode, patience=patience, verbose=True)
@@ -116,6 +132,7 @@ def build_trainer(
     """The Trainer of `cfg["trainer"]`, with convseq's fixed choices."""
     tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
+    tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
     precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
     tcfg.pop("precision", None)
     if precision is not None:

@@ -49,6 +49,11 @@ def _at_epoch_boundary(trainer: pl.Trainer) -> bool:
 class AnnealingCallback(pl.Callback):
     """Drives `Annealer`: the lr at each epoch start and after validation; stops below min_lr.
 
+    With ``by_validation`` (validations by updates, `convseq.training.intervals`) the rule steps
+    after every validation instead, and its "epochs" are validations: ``force_anneal=N`` anneals
+    from the N-th validation period on, ``min_epoch_to_anneal`` counts validations, plateau's
+    patience counts validations as always.
+
     Epochs are 1-based (Lightning's ``current_epoch + 1``). The lr for the next epoch is set on
     the optimiser right after the epoch's validation, so checkpoints taken at the end of an epoch
     already hold it, and a run whose next lr falls below ``anneal.min_lr`` stops there.
@@ -58,11 +63,20 @@ class AnnealingCallback(pl.Callback):
         lr: the initial learning rate (``optim.lr``).
     """
 
-    def __init__(self, anneal_cfg: Mapping[str, Any], lr: float):
+    def __init__(self, anneal_cfg: Mapping[str, Any], lr: float, by_validation: bool = False):
         self.annealer = Annealer(anneal_cfg, lr=lr)
         self.stop_reason: str | None = None
+        self.by_validation = bool(by_validation)
+        self.validations = 0  # with by_validation: validations so far (the rules' "epochs")
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.by_validation:
+            # the lr of the period after the last validation (resumed runs: already set)
+            lr = self.annealer.lr_at_epoch_start(self.validations + 1)
+            _set_lr(trainer, lr)
+            if self.annealer.should_stop(lr):
+                _stop(trainer, self, self.annealer.stop_reason)
+            return
         # A resumed run that had already annealed below min_lr stops before another epoch.
         if _at_epoch_boundary(trainer):
             lr = self.annealer.lr_at_epoch_start(trainer.current_epoch + 1)
@@ -70,9 +84,23 @@ class AnnealingCallback(pl.Callback):
                 _stop(trainer, self, self.annealer.stop_reason)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        _set_lr(trainer, self.annealer.lr_at_epoch_start(trainer.current_epoch + 1))
+        if not self.by_validation:
+            _set_lr(trainer, self.annealer.lr_at_epoch_start(trainer.current_epoch + 1))
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """With validations by updates: one step of the rule per validation."""
+        if not self.by_validation or trainer.sanity_checking:
+            return
+        self.validations += 1
+        self.annealer.step(self.validations, getattr(pl_module, "valid_loss", None))
+        lr = self.annealer.lr_at_epoch_start(self.validations + 1)
+        _set_lr(trainer, lr)
+        if self.annealer.should_stop(lr):
+            _stop(trainer, self, self.annealer.stop_reason)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.by_validation:
+            return
         epoch = trainer.current_epoch + 1
         validated = getattr(pl_module, "valid_epoch", None) == trainer.current_epoch
         val = getattr(pl_module, "valid_loss", None) if validated else None
@@ -83,10 +111,11 @@ class AnnealingCallback(pl.Callback):
             _stop(trainer, self, self.annealer.stop_reason)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"annealer": self.annealer.state_dict()}
+        return {"annealer": self.annealer.state_dict(), "validations": self.validations}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.annealer.load_state_dict(state_dict["annealer"])
+        self.validations = int(state_dict.get("validations", 0))
 
 
 class MaxUpdateCallback(pl.Callback):

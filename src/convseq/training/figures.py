@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 LN2 = math.log(2.0)
@@ -66,3 +67,39 @@ def epoch_figures(
         }
     )
     return record
+
+
+def on_device(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A () float64 tensor on `device` of a tensor or a Python number, without a host sync.
+
+    Why: ``torch.as_tensor(number, device=cuda)`` copies the number from host memory, and that
+    copy waits for the device's queue; ``torch.full`` hands it to a fill kernel instead.
+    """
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.float64)
+    return torch.full((), float(value), dtype=torch.float64, device=device)
+
+
+def update_figures(
+    sums: torch.Tensor, seconds: float, lr: float, gnorm: torch.Tensor, clipped: torch.Tensor
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An update's ``train/...`` figures from its (5,) sums: (progress-bar ones, the others).
+
+    Tensors stay tensors: Lightning reads them only when it writes the logs.
+    """
+    size, ntok = sums[SAMPLE].clamp(min=1.0), sums[NTOKENS].clamp(min=1.0)
+    loss = sums[LOSS] / size / LN2
+    nll = sums[NLL] / ntok / LN2
+    seconds = max(seconds, 1e-9)
+    shown = {"train/loss": loss.float(), "train/ppl": torch.pow(2.0, nll).float()}
+    others = {
+        "train/nll_loss": nll.float(),
+        "train/wps": (sums[NTOKENS] / seconds).float(),
+        "train/ups": 1.0 / seconds,
+        "train/wpb": sums[NTOKENS].float(),
+        "train/bsz": sums[NSENT].float(),
+        "train/lr": float(lr),
+        "train/gnorm": gnorm.float(),
+        "train/clip": clipped.float(),
+    }
+    return shown, others

@@ -47,32 +47,19 @@ from convseq.training.criterion import LabelSmoothedCrossEntropy
 from convseq.training.figures import (
     CLIPPED,
     GNORM,
-    LN2,
     LOSS,
-    NLL,
-    NSENT,
-    NTOKENS,
     NUM_EPOCH_SUMS,
     NUM_SUMS,
     SAMPLE,
     epoch_figures,
     figures,
+    on_device,
     plain,
+    update_figures,
 )
 from convseq.training.nonfinite import non_finite_error
 
 STATE_KEY = "convseq"  # the module's own entry in a checkpoint
-
-
-def _on_device(value: torch.Tensor | float, device: torch.device) -> torch.Tensor:
-    """A () float64 tensor on `device` of a tensor or a Python number, without a host sync.
-
-    Why: ``torch.as_tensor(number, device=cuda)`` copies the number from host memory, and that
-    copy waits for the device's queue; ``torch.full`` hands it to a fill kernel instead.
-    """
-    if isinstance(value, torch.Tensor):
-        return value.to(torch.float64)
-    return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
 class ConvSeqModule(pl.LightningModule):
@@ -125,6 +112,7 @@ class ConvSeqModule(pl.LightningModule):
         self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
         # Per-epoch records (1-based epoch, lr, train and valid figures, seconds), checkpointed.
         self.history: list[dict[str, float]] = []
+        self.validations: list[dict[str, float]] = []
         self.valid_epoch: int | None = None  # Lightning epoch (0-based) of the last validation
         self.valid_loss: float | None = None
         self.test_figures: dict[str, float] = {}
@@ -157,7 +145,7 @@ class ConvSeqModule(pl.LightningModule):
         size = self.criterion.sample_size(out)
         row = [size, out.ntokens, out.nsentences, out.loss.detach(), out.nll_loss.detach()]
         dev = out.loss.device
-        sums = torch.stack([_on_device(v, dev) for v in row])  # (5,) float64
+        sums = torch.stack([on_device(v, dev) for v in row])  # (5,) float64
         if batch.get("is_dummy", False):
             # A rank-evening repeat of real sentences: keeps DDP's collectives in step, counts 0.
             return out.loss * 0.0, torch.zeros_like(sums)
@@ -244,33 +232,10 @@ class ConvSeqModule(pl.LightningModule):
 
     def _log_update(self, sums: torch.Tensor, seconds: float, lr: float) -> None:
         """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
-        size, ntok = sums[SAMPLE].clamp(min=1.0), sums[NTOKENS].clamp(min=1.0)
-        loss = sums[LOSS] / size / LN2
-        nll = sums[NLL] / ntok / LN2
-        seconds = max(seconds, 1e-9)
+        shown, others = update_figures(sums, seconds, lr, self._gnorm, self._clipped)
         # batch_size only silences Lightning's guess: per-step values are not averaged.
-        self.log_dict(
-            {"train/loss": loss.float(), "train/ppl": torch.pow(2.0, nll).float()},
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            batch_size=1,
-        )
-        self.log_dict(
-            {
-                "train/nll_loss": nll.float(),
-                "train/wps": (sums[NTOKENS] / seconds).float(),
-                "train/ups": 1.0 / seconds,
-                "train/wpb": sums[NTOKENS].float(),
-                "train/bsz": sums[NSENT].float(),
-                "train/lr": float(lr),
-                "train/gnorm": self._gnorm.float(),
-                "train/clip": self._clipped.float(),
-            },
-            on_step=True,
-            on_epoch=False,
-            batch_size=1,
-        )
+        self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
+        self.log_dict(others, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_start(self) -> None:
         now = time.perf_counter()
@@ -330,6 +295,10 @@ class ConvSeqModule(pl.LightningModule):
         self.valid_epoch = self.current_epoch
         self.valid_loss = record["valid/loss"]
         self._valid_record = record
+        # every validation, also those inside an epoch (validate_interval_updates)
+        self.validations.append(
+            {"epoch": self.current_epoch + 1, "updates": self.updates, **record}
+        )
 
     def on_test_epoch_start(self) -> None:
         self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)
@@ -371,6 +340,7 @@ class ConvSeqModule(pl.LightningModule):
             "epoch_wall_seconds": float(self._epoch_wall_carry + now - self._t_epoch),
             "total_seconds": float(self._total_carry + now - self._t_fit),
             "history": [dict(h) for h in self.history],
+            "validations": [dict(v) for v in self.validations],
             "skipped_updates": int(self.skipped_updates),
         }
         if self.text_processing is not None:
@@ -388,6 +358,7 @@ class ConvSeqModule(pl.LightningModule):
         self._epoch_wall_carry = float(state["epoch_wall_seconds"])
         self._total_carry = float(state["total_seconds"])
         self.history = [dict(h) for h in state["history"]]
+        self.validations = [dict(v) for v in state.get("validations", [])]
         self.skipped_updates = int(state.get("skipped_updates", 0))
 
     @classmethod
