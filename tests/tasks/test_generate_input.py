@@ -304,3 +304,46 @@ def test_run_py_translates_a_file_with_a_reference_and_no_databin(tiny_data, tin
     m = re.search(r"^BLEU\|nrefs:1\|.* = (\d+\.\d\d) ", proc.stdout, re.M)
     assert m and float(m.group(1)) == round(bleu, 2)
     assert not list((tmp_path / "cache").rglob("*"))
+
+
+def test_two_ranks_write_exactly_the_files_of_one_process(
+    tiny_data, tiny_ckpt, tmp_path, one_thread
+):
+    sources = corpus_lines(tiny_data, "test.src", 20)
+    src = write_lines(tmp_path / "in.txt", with_blanks(sources, BLANKS))
+    ref = write_lines(tmp_path / "ref.txt", corpus_lines(tiny_data, "test.tgt", 22))
+    common = [f"gen.input={src}", f"gen.reference={ref}", "gen.max_tokens=60"]
+    one = tmp_path / "one"
+    run_generate(generate_config(tiny_data, one, f"ckpt={tiny_ckpt}", *common))
+    env = subprocess_env(tiny_data)
+    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    two = tmp_path / "two"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "task=generate",
+            f"ckpt={tiny_ckpt}",
+            *FAST_GEN,
+            *common,  # after FAST_GEN: its gen.max_tokens is overridden, as in generate_config
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+            f"hydra.run.dir={two}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in ("generate-in.txt", "generate-in.nbest.txt"):
+        assert (two / name).read_bytes() == (one / name).read_bytes(), name
+    a = json.loads((one / "generate-in.json").read_text())
+    b = json.loads((two / "generate-in.json").read_text())
+    assert b["scores"] == a["scores"] and b["tokens"] == a["tokens"]
+    shares = b["sentences_per_rank"]
+    assert len(shares) == 2 and sum(shares) == 20 and min(shares) > 0  # both ranks translated
+    assert proc.stdout.count("hypotheses written to") == 1  # rank 0 alone writes
