@@ -125,10 +125,22 @@ def test_with_a_reference_the_scores_are_those_of_the_hypotheses(
     ref = write_lines(tmp_path / "ref.txt", refs)
     out = tmp_path / "out"
     cfg = generate_config(
-        tiny_data, out, f"ckpt={tiny_ckpt}", f"gen.input={src}", f"gen.reference={ref}", BEAM
+        tiny_data,
+        out,
+        f"ckpt={tiny_ckpt}",
+        f"gen.input={src}",
+        f"gen.reference={ref}",
+        BEAM,
+        "gen.plot_attention=6",
+        "gen.profile=true",
     )
     result = run_generate(cfg)
     printed = capsys.readouterr().out
+    # the first 6 translated lines, named by their line index: line 5 is empty, so 0-4 and 6
+    assert sorted(p.name for p in out.glob("attention-in-*.png")) == [
+        f"attention-in-{i}.png" for i in (0, 1, 2, 3, 4, 6)
+    ]
+    assert (out / "generate-in.profile.png").is_file() and "Where the time goes" in printed
 
     best = Translator.from_checkpoints(tiny_ckpt).translate(sources, beam=3, max_len_b=12)
     expected = with_blanks(best, {i: "" for i in BLANKS})

@@ -122,13 +122,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         profiler.stop()
 
     out_dir = Path(gen.get("output") or cfg["paths"]["output_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    hyp_path = out_dir / f"generate-{job.name}.txt"
-    hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    write_nbest_file(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
-    attention_pngs: list[Path] = []
-    if plot_attention:
-        attention_pngs = write_attention_plots(records, out_dir, job.name, plot_attention)
+    hyp_path, attention_pngs = write_outputs(out_dir, job, hyps, listed, records, plot_attention)
     tokens = generated_tokens(records)
     result = {
         **job.about,
@@ -170,6 +164,25 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         )
     print(f"convseq: hypotheses written to {hyp_path}", flush=True)
     return result
+
+
+def write_outputs(
+    out_dir: Path,
+    job: Job,
+    hyps: Sequence[str],
+    listed: Sequence[dict],
+    records: Sequence[dict],
+    plot_attention: int,
+) -> tuple[Path, list[Path]]:
+    """generate-<name>.txt and .nbest.txt, and the attention heatmaps; (hypotheses, PNGs)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hyp_path = out_dir / f"generate-{job.name}.txt"
+    hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    write_nbest_file(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
+    pngs = []
+    if plot_attention:
+        pngs = write_attention_plots(records, out_dir, job.name, plot_attention)
+    return hyp_path, pngs
 
 
 def attention_plot_count(gen: Mapping[str, Any]) -> int:
