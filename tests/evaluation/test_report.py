@@ -229,3 +229,38 @@ def test_task_report_without_sweep_dir_exits_2_naming_the_key(tmp_path, capsys):
         dispatch(cfg)
     assert e.value.code == 2
     assert "sweep_dir=PATH" in capsys.readouterr().err
+
+
+def test_the_curves_can_be_drawn_by_updates_with_every_validation(tmp_path):
+    """Runs that validate every N updates: a point per validation, at its update count."""
+    from convseq.viz.curves import draw_curves
+
+    root = tmp_path / "sweep"
+    validations = [
+        {"epoch": 1, "updates": 500, "lr": 0.25, "valid/loss": 6.0},
+        {"epoch": 1, "updates": 1000, "lr": 0.25, "valid/loss": 5.5},
+        {"epoch": 2, "updates": 1500, "lr": 0.125, "valid/loss": 5.6},
+    ]
+    summary = _summary(_history([5.5, 5.6], [0.25, 0.25]), 100.0, "finished")
+    _job(
+        root,
+        "0",
+        [*COMMON, "validate_interval_updates=500"],
+        {**summary, "validations": validations},
+    )
+    _job(root, "1", [*COMMON, "optim=sgd"], _summary(_history([7.0], [0.25]), 50.0, "finished"))
+    files = write_report(root, x="updates")
+    curves = json.loads(files["json"].read_text())["curves"]
+    assert curves[0]["validation_updates"] == [500, 1000, 1500]
+    assert curves[0]["validation_loss"] == [6.0, 5.5, 5.6]
+    assert curves[0]["validation_lr"] == [0.25, 0.25, 0.125]
+    # a job without per-update validations falls back to its epochs' (update count unknown here)
+    assert curves[1]["validation_loss"] == [7.0] and curves[1]["validation_updates"] == [None]
+    fig = draw_curves(curves, x="updates")
+    ax_loss, ax_lr = fig.axes[:2]
+    assert ax_loss.get_xlabel() == "update" and ax_lr.get_xlabel() == "update"
+    assert list(ax_loss.lines[0].get_xdata()) == [500.0, 1000.0, 1500.0]
+    assert list(ax_lr.lines[0].get_ydata()) == [0.25, 0.25, 0.125]
+    assert list(draw_curves(curves).axes[0].lines[0].get_xdata()) == [1.0, 2.0]  # by epoch
+    with pytest.raises(ValueError, match="x='steps'"):
+        draw_curves(curves, x="steps")

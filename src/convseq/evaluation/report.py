@@ -196,13 +196,28 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
 
 
 def job_curve(job: SweepJob, label: str) -> dict[str, Any]:
-    """The plotted numbers of one job: per epoch, the validation loss and the lr."""
+    """The plotted numbers of one job: per epoch, the validation loss and the lr; per
+    validation (every validation, also those inside epochs), its update count, loss and lr."""
+    epochs = [e for e in job.history if "epoch" in e]
+    validations = list((job.summary or {}).get("validations") or [])
+    if not validations:  # an older run, or one still in progress: its epochs' validations
+        validations = [
+            {
+                "updates": e.get("updates"),
+                "valid/loss": e.get("valid/loss"),
+                "lr": e.get("train_epoch/lr"),
+            }
+            for e in epochs
+        ]
     return {
         "job": job.name,
         "label": label,
-        "epoch": [int(e["epoch"]) for e in job.history if "epoch" in e],
-        "valid_loss": [finite_or_none(e, "valid/loss") for e in job.history if "epoch" in e],
-        "lr": [finite_or_none(e, "train_epoch/lr") for e in job.history if "epoch" in e],
+        "epoch": [int(e["epoch"]) for e in epochs],
+        "valid_loss": [finite_or_none(e, "valid/loss") for e in epochs],
+        "lr": [finite_or_none(e, "train_epoch/lr") for e in epochs],
+        "validation_updates": [finite_or_none(v, "updates") for v in validations],
+        "validation_loss": [finite_or_none(v, "valid/loss") for v in validations],
+        "validation_lr": [finite_or_none(v, "lr") for v in validations],
     }
 
 
@@ -322,6 +337,7 @@ def write_report(
     test: bool = False,
     plot: bool = True,
     output_dir: str | os.PathLike | None = None,
+    x: str = "epoch",
 ) -> dict[str, Path]:
     """Write the sweep's table (markdown, CSV, JSON) and curves (PNG); see the module docstring.
 
@@ -330,6 +346,8 @@ def write_report(
         test: also list the test figures (off by default: choose settings on validation).
         plot: write the PNG.
         output_dir: where to write the files (default: `sweep_dir`).
+        x: what the curves are drawn against: ``epoch``, or ``updates`` (every validation at
+            its update count: runs with validate_interval_updates).
 
     Returns:
         The files written, by kind ("markdown", "csv", "json", "png").
@@ -344,7 +362,7 @@ def write_report(
     files = {kind: out / name for kind, name in REPORT_FILES.items()}
     curves = [job_curve(j, f"{r['job']}: {r['overrides'] or '(none)'}") for j, r in zip(jobs, rows)]
     if plot:
-        plot_curves(curves, files["png"], title=f"{root.name}: {len(jobs)} jobs")
+        plot_curves(curves, files["png"], title=f"{root.name}: {len(jobs)} jobs", x=x)
     else:
         files.pop("png")
     png = REPORT_FILES["png"] if plot else None

@@ -53,11 +53,13 @@ class SweepReport(Callback):
     Args:
         enabled: write the report at the end of every multirun.
         test: also list test figures (see `convseq.evaluation.report.write_report`).
+        x: what the curves are drawn against: epoch or updates (``report.x``).
     """
 
-    def __init__(self, enabled: bool = True, test: bool = False) -> None:
+    def __init__(self, enabled: bool = True, test: bool = False, x: str = "epoch") -> None:
         self.enabled = bool(enabled)
         self.test = bool(test)
+        self.x = str(x)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra")
@@ -84,7 +86,7 @@ class SweepReport(Callback):
         try:
             from convseq.evaluation.report import write_report
 
-            files = write_report(sweep_dir, test=self.test)
+            files = write_report(sweep_dir, test=self.test, x=self.x)
         except Exception as e:  # the jobs' results are on disk either way; never fail the sweep
             log.warning(
                 "convseq: could not write the sweep report of %s (%s: %s); retry with "

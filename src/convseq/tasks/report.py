@@ -23,7 +23,10 @@ def run_report(cfg: dict[str, Any]) -> dict[str, Path]:
         raise DataError(
             "task=report needs sweep_dir=PATH: the folder of a multirun (its hydra.sweep.dir)"
         )
-    files = write_report(cfg["sweep_dir"], test=bool((cfg.get("report") or {}).get("test")))
+    report = cfg.get("report") or {}
+    files = write_report(
+        cfg["sweep_dir"], test=bool(report.get("test")), x=str(report.get("x", "epoch"))
+    )
     print(files["markdown"].read_text(), end="")
     print(f"convseq: sweep report written: {', '.join(str(p) for p in files.values())}")
     return files

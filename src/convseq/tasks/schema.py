@@ -122,6 +122,7 @@ class ReportConfig:
     """The sweep summary (`task=report`, and after every multirun)."""
 
     test: bool = False  # also list test figures (settings are chosen on validation)
+    x: str = "epoch"  # epoch | updates: what sweep_curves.png is drawn against
 
 
 @dataclass

@@ -296,8 +296,10 @@ class ConvSeqModule(pl.LightningModule):
         self.valid_loss = record["valid/loss"]
         self._valid_record = record
         # every validation, also those inside an epoch (validate_interval_updates)
+        optimizers = self.trainer.optimizers
+        lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None  # its updates' lr
         self.validations.append(
-            {"epoch": self.current_epoch + 1, "updates": self.updates, **record}
+            {"epoch": self.current_epoch + 1, "updates": self.updates, "lr": lr, **record}
         )
 
     def on_test_epoch_start(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from convseq.viz.canvas import label_epoch_panels, save_png
 
-__all__ = ["finite_points", "plot_curves"]
+__all__ = ["X_AXES", "draw_curves", "finite_points", "plot_curves"]
 
 
 def finite_points(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[list[float], list[float]]:
@@ -27,37 +27,55 @@ def finite_points(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[list[float], li
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def plot_curves(curves: Sequence[dict[str, Any]], path: str | os.PathLike, title: str = "") -> Path:
-    """Write a PNG with two panels, validation loss and lr against the (1-based) epoch.
+X_AXES = ("epoch", "updates")  # what the sweep curves are drawn against
+
+
+def draw_curves(curves: Sequence[dict[str, Any]], title: str = "", x: str = "epoch") -> Any:
+    """A Figure (Agg canvas) with two panels, validation loss and lr, one line per job.
 
     Args:
-        curves: one dict per job: ``label``, ``epoch`` (list of epochs), ``valid_loss`` and ``lr``
-            (lists of the same length; None or NaN where an epoch has no value).
-        path: the PNG to write (its folder is created).
+        curves: one dict per job: ``label``, per epoch ``epoch``, ``valid_loss`` and ``lr``
+            (None or NaN where an epoch has no value); for ``x="updates"`` also, per validation,
+            ``validation_updates``, ``validation_loss`` and ``validation_lr``.
         title: a line above both panels.
-
-    Returns:
-        The path written.
+        x: ``epoch``, or ``updates`` (for runs that validate every N updates: a point per
+            validation, at its update count).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    if x not in X_AXES:
+        raise ValueError(f"x={x!r}: choose one of {X_AXES}")
+    keys = ("epoch", "valid_loss", "lr")
+    if x == "updates":
+        keys = ("validation_updates", "validation_loss", "validation_lr")
     fig = Figure(figsize=(11, 4.2), dpi=100)
     FigureCanvasAgg(fig)
     ax_loss, ax_lr = fig.subplots(1, 2)
     any_lr = False
     for curve in curves:
         label = str(curve.get("label") or "")
-        x, y = finite_points(curve["epoch"], curve["valid_loss"])
-        ax_loss.plot(x, y, marker="o", markersize=3, label=label)
-        x, y = finite_points(curve["epoch"], curve["lr"])
-        positive = [(a, b) for a, b in zip(x, y) if b > 0]
+        xs = curve.get(keys[0]) or []
+        px, py = finite_points(xs, curve.get(keys[1]) or [])
+        ax_loss.plot(px, py, marker="o", markersize=3, label=label)
+        px, py = finite_points(xs, curve.get(keys[2]) or [])
+        positive = [(a, b) for a, b in zip(px, py) if b > 0]
         any_lr = any_lr or bool(positive)
         ax_lr.plot([a for a, _ in positive], [b for _, b in positive], marker="o", markersize=3)
     label_epoch_panels(ax_loss, ax_lr, log_lr=any_lr)
+    if x == "updates":
+        ax_loss.set_xlabel("update")
+        ax_lr.set(xlabel="update", title="learning rate (at each validation)")
     if curves:
         ax_loss.legend(fontsize="small", loc="best")
     if title:
         fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
+
+
+def plot_curves(
+    curves: Sequence[dict[str, Any]], path: str | os.PathLike, title: str = "", x: str = "epoch"
+) -> Path:
+    """Write `draw_curves`'s figure as a PNG (its folder is created); returns the path."""
+    return save_png(draw_curves(curves, title, x), path)
