@@ -247,9 +247,8 @@ def main() -> None:
         GenerationModule,
         load_translator,
         predict_trainer,
-        split_loader,
+        split_batches,
     )
-    from convseq.inference.records import in_input_order
 
     warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
     with tempfile.TemporaryDirectory(prefix="convseq-soakgen-") as tmp:
@@ -259,8 +258,10 @@ def main() -> None:
         databin = DataBin(databin_dir)
         gen = {"beam": args.beam, "max_len_b": args.max_len_b, "max_tokens": args.max_tokens}
         translator = load_translator({"ckpt": str(ckpt), "gen": gen}, databin)
-        loader = split_loader(translator, databin, args.split, gen)
-        module = GenerationModule(translator, translator.options)
+        module = GenerationModule(
+            translator, translator.options, split_batches(translator, databin, args.split, gen)
+        )
+        sentences = len(databin.text(args.split, "src"))
         trainer = predict_trainer({"accelerator": "cpu"})
         gc.collect()
         start_rss = rss_mib()  # model and data loaded, nothing translated yet
@@ -269,9 +270,8 @@ def main() -> None:
         trainer.callbacks.append(recorder)
         deadline = t0 + args.minutes * 60
         while time.perf_counter() < deadline:
-            records = in_input_order(trainer.predict(module, dataloaders=loader) or [])
-            assert len(records) == len(loader.dataset), "a sentence went missing"
-            del records
+            trainer.predict(module, return_predictions=False)  # records gathered in input order
+            assert len(module.records) == sentences, "a sentence went missing"
             if args.max_passes and len(recorder.passes) >= args.max_passes:
                 break
         wall = time.perf_counter() - t0
