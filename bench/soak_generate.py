@@ -82,7 +82,7 @@ class BatchRecorder(pl.Callback):
     def on_predict_batch_end(
         self, trainer: pl.Trainer, module: Any, outputs: Any, batch: Any, batch_idx: int, *_: Any
     ) -> None:
-        self._sentences += len(outputs)
+        self._sentences += int(batch["id"].numel())  # predict_step keeps its records
         self.batches.append(
             {
                 "pass": len(self.passes) + 1,
