@@ -280,6 +280,7 @@ def measure(n: int, args: argparse.Namespace, data: dict, workers: list[int]) ->
     spec = {"overrides": overrides, "output_dir": str(run_dir)}
     r = run_child("startup", spec, logs / f"startup-{size_name(n)}.log")
     row["startup"] = {k: r[k] for k in ("imports", "train_start", "first_update", "process")}
+    shutil.rmtree(run_dir, ignore_errors=True)  # its checkpoint: ~150 MB for fconv_iwslt_de_en
     return row
 
 
