@@ -6,6 +6,8 @@ tests/conftest.py imports the fixtures (`tiny_data`, `one_thread`), so every tes
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +88,15 @@ def summary(output_dir: Path | str) -> dict[str, Any]:
 
 def last_checkpoint(output_dir: Path | str) -> dict[str, Any]:
     return torch.load(Path(output_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+# what Lightning's DDP launcher reads: a test's subprocess must start as a fresh launch
+DDP_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launch_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a (DDP) subprocess: one thread a process, no inherited rank."""
+    env = {**(base if base is not None else os.environ), "OMP_NUM_THREADS": "1", **extra}
+    for key in DDP_VARIABLES:
+        env.pop(key, None)
+    return env

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.generation_utils import FAST_GEN, subprocess_env, tiny_checkpoint
+from tests.training_utils import launch_env
 
 
 @pytest.fixture
@@ -24,9 +25,7 @@ def tiny_ckpt(tiny_data, tmp_path_factory):
 
 def generate(tiny_data, ckpt, out, devices: int) -> subprocess.CompletedProcess:
     """run.py task=generate in a subprocess (one thread a process, as every rank here)."""
-    env = subprocess_env(tiny_data)
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env(subprocess_env(tiny_data))
     strategy = ["trainer.strategy=ddp"] if devices > 1 else []
     proc = subprocess.run(
         [

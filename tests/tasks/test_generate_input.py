@@ -30,6 +30,7 @@ from tests.fairseq_ckpt_factory import (
     write_databin_files,
 )
 from tests.generation_utils import FAST_GEN, generate_config, subprocess_env, tiny_checkpoint
+from tests.training_utils import launch_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BEAM = "gen.beam=3"
@@ -327,9 +328,7 @@ def test_two_ranks_write_exactly_the_files_of_one_process(
     common = [f"gen.input={src}", f"gen.reference={ref}", "gen.max_tokens=60"]
     one = tmp_path / "one"
     run_generate(generate_config(tiny_data, one, f"ckpt={tiny_ckpt}", *common))
-    env = subprocess_env(tiny_data)
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env(subprocess_env(tiny_data))
     two = tmp_path / "two"
     proc = subprocess.run(
         [

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -28,6 +27,7 @@ from convseq.data.dataset import LanguagePairDataset
 from convseq.optim.build import build_optimizer
 from convseq.training.module import ConvSeqModule
 from tests.conftest import ROOT
+from tests.training_utils import launch_env
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +35,7 @@ def ddp_run(tiny_data, tmp_path_factory):
     """Run the script once; the records of both ranks, the output folder and stdout."""
     work = tmp_path_factory.mktemp("ddp")
     out, record = work / "out", work / "record"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     cmd = [
         sys.executable,
         str(ROOT / "tests" / "ddp_script.py"),

@@ -14,7 +14,6 @@ SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``res
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from convseq.data.databin import DataBin
 from convseq.evaluation.scores import corpus_scores
 from convseq.inference.translator import Translator
 from tests.conftest import ROOT
+from tests.training_utils import launch_env
 
 # ~22 updates an epoch per rank: a SIGTERM sent from outside has time to land mid-epoch
 RUN = [
@@ -40,9 +40,7 @@ GEN = ["gen.max_len_b=12", "gen.max_tokens=300", "checkpoint.keep_epochs=-1"]
 
 
 def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env()
     cmd = [
         sys.executable,
         str(ROOT / "tests" / "ddp_script.py"),
@@ -135,9 +133,7 @@ def test_valid_and_test_bleu_are_shared_by_the_ranks_and_equal_one_processs(runs
 # -- the command users type: python run.py trainer=ddp ... ---------------------------------------
 def run_py(tiny_data, out: Path, *extra: str) -> subprocess.Popen:
     """run.py with the compose runs' settings; Lightning re-runs it (through Hydra) for rank 1."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONVSEQ_CACHE": str(tiny_data["cache"])}
-    for key in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = launch_env(CONVSEQ_CACHE=str(tiny_data["cache"]))
     cmd = [
         sys.executable,
         str(ROOT / "run.py"),
