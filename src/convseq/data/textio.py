@@ -15,9 +15,12 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
+
+import numpy as np
 
 from convseq.errors import DataError
 
@@ -25,6 +28,10 @@ from convseq.errors import DataError
 SKIP_REGEX = "drop_train_regex"
 SKIP_EMPTY = "empty"
 SKIP_TOO_LONG = "too_long"
+
+# Bytes read at a time: big enough that per-block costs vanish, small enough that a block and
+# its copies (the cut, the decoded text, its lines) stay a few MiB whatever the size of the file.
+BLOCK_BYTES = 1 << 20
 
 
 @dataclass
@@ -54,11 +61,185 @@ def require_file(path: str | os.PathLike) -> Path:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes, read in 1 MiB blocks (the file must exist)."""
+    return file_sha256_and_newlines(path)[0]
+
+
+def file_sha256_and_newlines(path: str | os.PathLike) -> tuple[str, int]:
+    """Hex sha256 of a file's bytes and its count of `\\n` bytes (the file must exist)."""
     h = hashlib.sha256()
+    newlines = 0
     with open(require_file(path), "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+            newlines += block.count(b"\n")
+    return h.hexdigest(), newlines
+
+
+@dataclass
+class TextInfo:
+    """What a full read of a text file found: its checksum, size, line count and line endings."""
+
+    path: Path
+    sha256: str
+    num_bytes: int
+    num_lines: int
+    crlf: bool = False  # the file had CRLF line endings (normalised away)
+    newlines: int = 0  # `\\n` bytes: what `file_sha256_and_newlines` counts without decoding
+
+    def __len__(self) -> int:
+        return self.num_lines
+
+
+class TextStream:
+    """The lines of a UTF-8 text file, read in blocks of whole lines and checked on the way.
+
+    Iterating yields the lines of one block at a time (stripped when `strip`), so memory holds
+    one block whatever the size of the file. The checks are those of `read_text_file`: bytes
+    that are not UTF-8 raise at once, with their line; a stray carriage return raises once the
+    whole file is read, so that a UTF-8 error anywhere in the file is reported first, as when
+    the file was decoded in one piece. After a complete iteration `info` holds the checksum,
+    size and line count; with `expect_sha256`, a file whose bytes changed since is an error.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        strip: bool = True,
+        expect_sha256: str | None = None,
+        block_bytes: int | None = None,
+    ):
+        self.path = require_file(path)
+        self.strip = strip
+        self.expect_sha256 = expect_sha256
+        self.block_bytes = block_bytes or BLOCK_BYTES
+        self.info: TextInfo | None = None
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for text, _ in self._blocks():
+            # "" has no line; "\n" has one empty line; a missing final newline still ends one.
+            lines = text.split("\n")
+            if not text or text.endswith("\n"):
+                lines.pop()
+            # str.strip() also removes Unicode spaces such as U+00A0 (no-break space).
+            yield [ln.strip() for ln in lines] if self.strip else lines
+
+    def _blocks(self) -> Iterator[tuple[str, int]]:
+        """Decoded blocks of whole lines (BOM dropped, CRLF normalised) and their line counts."""
+        digest = hashlib.sha256()
+        num_bytes = num_lines = newlines = 0
+        crlf = False
+        stray_cr: int | None = None  # line of the first stray \r, reported at the end
+        pending = b""  # the unfinished last line of the bytes read so far
+        first = True
+        with open(self.path, "rb") as f:
+            while True:
+                data = f.read(self.block_bytes)
+                if data:
+                    digest.update(data)
+                    num_bytes += len(data)
+                    buf = pending + data if pending else data
+                    # Cut after the last \n: never inside a UTF-8 sequence or a CRLF.
+                    cut = buf.rfind(b"\n") + 1
+                    if cut == 0:
+                        pending = buf
+                        continue
+                    chunk, pending = buf[:cut], buf[cut:]
+                else:
+                    chunk, pending = pending, b""
+                    if not chunk:
+                        break
+                text = _decode(chunk, self.path, num_lines)
+                if first:
+                    first = False
+                    if text.startswith("\ufeff"):
+                        text = text[1:]
+                if "\r" in text:
+                    if "\r\n" in text:
+                        crlf = True
+                        text = text.replace("\r\n", "\n")
+                    if stray_cr is None and "\r" in text:
+                        stray_cr = num_lines + text.count("\n", 0, text.index("\r")) + 1
+                n_newlines = text.count("\n")
+                n = n_newlines + (1 if text and not text.endswith("\n") else 0)
+                newlines += n_newlines
+                num_lines += n
+                yield text, n
+                if not data:
+                    break
+        if stray_cr is not None:
+            raise DataError(
+                "carriage return (\\r) inside a line; a line break must be LF or CRLF: remove the "
+                "stray \\r or convert old Mac line endings",
+                path=str(self.path),
+                line=stray_cr,
+            )
+        sha = digest.hexdigest()
+        if self.expect_sha256 is not None and sha != self.expect_sha256:
+            raise DataError("file changed while preprocessing; run again", path=str(self.path))
+        self.info = TextInfo(self.path, sha, num_bytes, num_lines, crlf, newlines)
+
+    def lines(self) -> Iterator[str]:
+        """The lines one by one."""
+        for block in self:
+            yield from block
+
+
+def _decode(chunk: bytes, path: Path, lines_before: int) -> str:
+    try:
+        return chunk.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"not valid UTF-8 (byte 0x{chunk[e.start]:02x}: {e.reason}); re-encode the file as "
+            "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            path=str(path),
+            line=lines_before + chunk.count(b"\n", 0, e.start) + 1,
+        ) from e
+
+
+def scan_text_file(
+    path: str | os.PathLike,
+    expect_sha256: str | None = None,
+    block_bytes: int | None = None,
+    on_block: Callable[[int], object] | None = None,
+) -> TextInfo:
+    """Read a whole text file block by block, check it, and return what `TextInfo` holds.
+
+    `on_block` is called with the line count of each block (a progress bar's `update`).
+
+    Raises:
+        DataError: as `read_text_file`, and when the bytes do not match `expect_sha256`.
+    """
+    stream = TextStream(path, strip=False, expect_sha256=expect_sha256, block_bytes=block_bytes)
+    for _, n in stream._blocks():  # counting needs no split into lines
+        if on_block is not None:
+            on_block(n)
+    assert stream.info is not None
+    return stream.info
+
+
+def iter_pairs(
+    src_path: str | os.PathLike,
+    tgt_path: str | os.PathLike,
+    n: int,
+    src_sha256: str | None = None,
+    tgt_sha256: str | None = None,
+) -> Iterator[tuple[int, list[str], list[str]]]:
+    """(0-based first line, source lines, target lines) of two aligned files, `n` at a time.
+
+    The files were checked before (`scan_text_file`): different line counts, or bytes that no
+    longer match the checksums, mean that a file changed since.
+    """
+    src_lines = TextStream(src_path, expect_sha256=src_sha256).lines()
+    tgt_lines = TextStream(tgt_path, expect_sha256=tgt_sha256).lines()
+    first = 0
+    while True:
+        s, t = list(islice(src_lines, n)), list(islice(tgt_lines, n))
+        if len(s) != len(t):
+            raise DataError("file changed while preprocessing; run again", path=str(src_path))
+        if not s:
+            return
+        yield first, s, t
+        first += len(s)
 
 
 def read_text_file(path: str | os.PathLike, strip: bool = True) -> TextFile:
@@ -68,43 +249,16 @@ def read_text_file(path: str | os.PathLike, strip: bool = True) -> TextFile:
         DataError: the file is missing, is not UTF-8 (with the line of the first bad byte), or a
             line holds a carriage return that is not part of a CRLF ending.
     """
-    path = require_file(path)
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(
-            f"not valid UTF-8 (byte 0x{data[e.start]:02x}: {e.reason}); re-encode the file as "
-            "UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
-            path=str(path),
-            line=line,
-        ) from e
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    crlf = "\r\n" in text
-    if crlf:
-        text = text.replace("\r\n", "\n")
-    # "" has no line; "\n" has one empty line; a missing final newline still ends a line.
-    lines = text.split("\n") if text else []
-    if text.endswith("\n"):
-        lines.pop()
-    if "\r" in text:
-        line = text.count("\n", 0, text.index("\r")) + 1
-        raise DataError(
-            "carriage return (\\r) inside a line; a line break must be LF or CRLF: remove the "
-            "stray \\r or convert old Mac line endings",
-            path=str(path),
-            line=line,
-        )
-    if strip:
-        # str.strip() also removes Unicode spaces such as U+00A0 (no-break space).
-        lines = [ln.strip() for ln in lines]
-    return TextFile(path=path, lines=lines, sha256=digest, num_bytes=len(data), crlf=crlf)
+    stream = TextStream(path, strip=strip)
+    lines = list(chain.from_iterable(stream))
+    info = stream.info
+    assert info is not None
+    return TextFile(
+        path=info.path, lines=lines, sha256=info.sha256, num_bytes=info.num_bytes, crlf=info.crlf
+    )
 
 
-def check_same_length(src: TextFile, tgt: TextFile) -> None:
+def check_same_length(src: TextFile | TextInfo, tgt: TextFile | TextInfo) -> None:
     """Raise a DataError unless the two sides of a parallel split have the same line count."""
     if len(src) != len(tgt):
         raise DataError(
@@ -158,25 +312,36 @@ class PairFilter:
 
     def keep_text(self, src: TextFile, tgt: TextFile) -> list[int]:
         """Indices of the pairs that pass the text checks (regex and emptiness; train only)."""
+        keep = self.text_mask(0, src.lines, tgt.lines, src.path, tgt.path)
+        return np.flatnonzero(keep).tolist()
+
+    def text_mask(
+        self,
+        first_line: int,
+        src_lines: Sequence[str],
+        tgt_lines: Sequence[str],
+        src_path: str | os.PathLike,
+        tgt_path: str | os.PathLike,
+    ) -> np.ndarray:
+        """Which pairs of a block pass the text checks (bool array); `first_line` is 0-based."""
         if not self.is_train:
-            return list(range(len(src)))
-        keep: list[int] = []
-        for i, (s, t) in enumerate(zip(src.lines, tgt.lines)):
-            if self._regex is not None and (self._regex.fullmatch(s) or self._regex.fullmatch(t)):
+            return np.ones(len(src_lines), dtype=bool)
+        keep = np.zeros(len(src_lines), dtype=bool)
+        regex = self._regex
+        for j, (s, t) in enumerate(zip(src_lines, tgt_lines)):
+            if regex is not None and (regex.fullmatch(s) or regex.fullmatch(t)):
                 self.skipped[SKIP_REGEX] += 1
-                continue
-            if not s or not t:
-                if self.train_invalid == "error":
-                    bad = src if not s else tgt
-                    raise DataError(
-                        "empty line in the training data (after stripping whitespace); remove the "
-                        "pair or set data.train_invalid=skip",
-                        path=str(bad.path),
-                        line=i + 1,
-                    )
+            elif s and t:
+                keep[j] = True
+            elif self.train_invalid == "error":
+                raise DataError(
+                    "empty line in the training data (after stripping whitespace); remove the "
+                    "pair or set data.train_invalid=skip",
+                    path=str(src_path if not s else tgt_path),
+                    line=first_line + j + 1,
+                )
+            else:
                 self.skipped[SKIP_EMPTY] += 1
-                continue
-            keep.append(i)
         return keep
 
     def keep_lengths(
@@ -191,22 +356,38 @@ class PairFilter:
 
         `src_lens[j]` / `tgt_lens[j]` are the lengths of the pair on input line `indices[j] + 1`.
         """
-        keep: list[int] = []
+        keep = self.length_mask(indices, src_lens, tgt_lens, src.path, tgt.path)
+        return np.flatnonzero(keep).tolist()
+
+    def length_mask(
+        self,
+        lines: Sequence[int] | np.ndarray,
+        src_lens: Sequence[int] | np.ndarray,
+        tgt_lens: Sequence[int] | np.ndarray,
+        src_path: str | os.PathLike,
+        tgt_path: str | os.PathLike,
+    ) -> np.ndarray:
+        """Which pairs fit in max_positions (bool array); `lines[j]` is pair j's 0-based line.
+
+        Lengths are token counts without EOS. An over-long pair is skipped and counted, or, by
+        policy, an error naming the first one's file and line (the source side when both are).
+        """
         limit = self.max_positions - 1  # EOS takes one position
-        skip = self.train_invalid == "skip" if self.is_train else self.eval_overlong == "skip"
-        for j, (i, ns, nt) in enumerate(zip(indices, src_lens, tgt_lens)):
-            if ns <= limit and nt <= limit:
-                keep.append(j)
-                continue
-            if skip:
-                self.skipped[SKIP_TOO_LONG] += 1
-                continue
-            bad, n = (src, ns) if ns > limit else (tgt, nt)
-            option = "data.train_invalid=skip" if self.is_train else "data.eval_overlong=skip"
-            raise DataError(
-                f"sentence of {n + 1} tokens (EOS included) is longer than data.max_positions="
-                f"{self.max_positions}; shorten it, raise max_positions, or set {option}",
-                path=str(bad.path),
-                line=i + 1,
-            )
-        return keep
+        src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
+        keep = (src_lens <= limit) & (tgt_lens <= limit)
+        n_bad = len(keep) - int(np.count_nonzero(keep))
+        if n_bad == 0:
+            return keep
+        if self.train_invalid == "skip" if self.is_train else self.eval_overlong == "skip":
+            self.skipped[SKIP_TOO_LONG] += n_bad
+            return keep
+        j = int(np.argmin(keep))
+        ns, nt = int(src_lens[j]), int(tgt_lens[j])
+        bad, n = (src_path, ns) if ns > limit else (tgt_path, nt)
+        option = "data.train_invalid=skip" if self.is_train else "data.eval_overlong=skip"
+        raise DataError(
+            f"sentence of {n + 1} tokens (EOS included) is longer than data.max_positions="
+            f"{self.max_positions}; shorten it, raise max_positions, or set {option}",
+            path=str(bad),
+            line=int(lines[j]) + 1,
+        )
