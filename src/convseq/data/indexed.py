@@ -51,6 +51,56 @@ def write_split(prefix: str | os.PathLike, sentences: Iterable[np.ndarray], voca
     return len(lengths)
 
 
+class NpyWriter:
+    """Write a 1-d `.npy` file of a known length piece by piece, in bounded memory.
+
+    The bytes are those `np.save` writes for the whole array (the header gives the length, so it
+    is written first). The file is written under a temporary name and renamed by `close`, so a
+    crash never leaves a file that looks complete; leaving a `with` block on an error removes it.
+    """
+
+    def __init__(self, path: str | os.PathLike, dtype: np.dtype | type, length: int):
+        self.path = str(path)
+        self.dtype = np.dtype(dtype)
+        self.length = length
+        self.written = 0
+        self._tmp = self.path + ".tmp"
+        self._f = open(self._tmp, "wb")
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (length,),
+        }
+        np.lib.format.write_array_header_1_0(self._f, header)
+
+    def write(self, values: np.ndarray) -> None:
+        """Append values (converted to the file's dtype)."""
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        if self.written + len(values) > self.length:
+            raise ValueError(f"{self.path}: more than the {self.length} values announced")
+        self._f.write(values.data)
+        self.written += len(values)
+
+    def close(self) -> None:
+        """Check the length, flush to disk and rename into place."""
+        if self.written != self.length:
+            raise ValueError(f"{self.path}: {self.written} values written, {self.length} announced")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        os.replace(self._tmp, self.path)
+
+    def __enter__(self) -> NpyWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._f.close()
+            Path(self._tmp).unlink(missing_ok=True)
+
+
 class TokenArray:
     """Read-only, memory-mapped view of a binarised split (see the module docstring)."""
 
