@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
+from itertools import chain, islice
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from convseq.errors import DataError
 
 SUBWORD_TYPES = ("none", "bpe", "unigram")
+SAMPLE_BLOCK = 1 << 16  # sentences per block of the sampling draw (part of what a seed draws)
 
 
 class Segmenter:
@@ -71,6 +74,34 @@ class Segmenter:
         self.model = spm.SentencePieceProcessor(model_proto=proto) if proto is not None else None
 
 
+def sample_sentences(
+    sentences: Iterable[str], total: int, size: int, seed: int = 1
+) -> Iterator[str]:
+    """`size` of the `total` sentences, drawn uniformly at random and yielded in input order.
+
+    Streams: the draw is made block by block (how many of a block's sentences are drawn follows
+    the hypergeometric law of the sentences still to draw, then which ones is a uniform choice),
+    so memory holds one block of flags, never the corpus. The same `seed`, `total` and `size`
+    always draw the same sentences: numpy's legacy `RandomState`, whose streams are frozen across
+    numpy versions, makes the draws.
+    """
+    rng = np.random.RandomState(seed)
+    left, todo = total, min(size, total)
+    it = iter(sentences)
+    while left > 0:
+        n = min(SAMPLE_BLOCK, left)
+        take = np.zeros(n, dtype=bool)
+        if todo > 0:
+            k = int(rng.hypergeometric(n, left - n, todo)) if todo < left else n
+            if k:
+                take[rng.choice(n, k, replace=False)] = True
+            todo -= k
+        for chosen, sentence in zip(take, islice(it, n)):
+            if chosen:
+                yield sentence
+        left -= n
+
+
 def train_sentencepiece(
     sentences: Iterable[str],
     model_path: str | os.PathLike,
@@ -80,27 +111,41 @@ def train_sentencepiece(
     input_sentence_size: int = 0,
     seed: int = 1,
     num_threads: int = 2,
+    num_sentences: int | None = None,
 ) -> Segmenter:
     """Train a sentencepiece model on `sentences`, write it to `model_path`, return it.
 
     `vocab_size` is an upper bound (sentencepiece's `hard_vocab_limit=false`): a corpus too small
     for it gets the largest vocabulary it supports instead of an error. No BOS/EOS pieces are
     reserved: convseq's dictionary adds its own specials. Logging is silenced (`minloglevel`).
+    `sentences` is read once, as a stream: an iterator over a file is never held in memory.
+
+    With `input_sentence_size > 0` and more sentences than that, the model is trained on a random
+    sample of `input_sentence_size` of them, drawn with `seed` by `sample_sentences` (the count
+    of an iterator is `num_sentences`). Sentencepiece's own sampling (`shuffle_input_sentence`)
+    is not used for the draw: in sentencepiece 0.2 it gives another model at every run, whatever
+    `set_random_generator_seed` says. It still receives `input_sentence_size`, which its model
+    file records, and keeps every one of the at most that many sentences it is given.
     """
     if model_type not in ("bpe", "unigram"):
         raise DataError(f"data.subword.type must be one of {SUBWORD_TYPES}, got {model_type!r}")
     if vocab_size < 2:
         raise DataError(f"data.subword.vocab_size must be >= 2, got {vocab_size}")
     if input_sentence_size > 0:
-        # Sampling the training sentences is random: pin it so the same inputs give the same model.
         spm.set_random_generator_seed(seed)
-    sentences = [s for s in sentences if s]
-    if not sentences:
+        if num_sentences is None and not isinstance(sentences, Sized):
+            raise ValueError("sampling sentences from an iterator needs num_sentences")
+        total = len(sentences) if num_sentences is None else num_sentences  # type: ignore[arg-type]
+        if total > input_sentence_size:
+            sentences = sample_sentences(sentences, total, input_sentence_size, seed)
+    nonempty = (s for s in sentences if s)
+    first = next(nonempty, None)
+    if first is None:
         raise DataError("no non-empty training sentence to train sentencepiece on")
     buffer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
+            sentence_iterator=chain([first], nonempty),
             model_writer=buffer,
             model_type=model_type,
             vocab_size=vocab_size,
