@@ -400,33 +400,35 @@ def test_lost_rename_race_uses_the_winner(tiny, monkeypatch):
 def test_failed_build_leaves_nothing(tiny, monkeypatch):
     corpus, cache = tiny
     calls = []
+    write_side = bz.write_side
 
-    def failing(prefix, sentences, vocab_size):
+    def failing(prefix, *args):
         calls.append(prefix)
         if len(calls) == 3:
             raise RuntimeError("disk full")
-        return write_split(prefix, sentences, vocab_size)
+        return write_side(prefix, *args)
 
-    monkeypatch.setattr(bz, "write_split", failing)
+    monkeypatch.setattr(bz, "write_side", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         pp.prepare_databin(make_cfg(corpus), str(cache), progress=False)
     root = cache / "databin"
     assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
-    monkeypatch.setattr(bz, "write_split", write_split)
+    monkeypatch.setattr(bz, "write_side", write_side)
     path, built = pp.ensure_databin(make_cfg(corpus), str(cache), progress=False)
     assert built and DataBin(path).split("test")[0][0].tolist() == [6, 2]
 
 
 def _child_crash(cfg: dict, cache: str) -> None:
     calls = []
+    write_side = bz.write_side
 
-    def dying(prefix, sentences, vocab_size):
+    def dying(prefix, *args):
         calls.append(prefix)
         if len(calls) == 3:
             os._exit(7)  # killed mid-build: no cleanup runs
-        return write_split(prefix, sentences, vocab_size)
+        return write_side(prefix, *args)
 
-    bz.write_split = dying
+    bz.write_side = dying
     pp.prepare_databin(cfg, cache, progress=False)
 
 
@@ -510,4 +512,4 @@ def test_progress_bar_on_large_inputs(tiny, monkeypatch, capfd):
     assert "binarise" not in capfd.readouterr().err  # bars switched off
     pp.prepare_databin(make_cfg(corpus), str(cache / "c"), progress=True)
     err = capfd.readouterr().err
-    assert "binarise train.de" in err and "segment valid.en" in err
+    assert "binarise train.de" in err and "segment valid.de-en" in err

@@ -1,7 +1,23 @@
-"""Building a data-bin's content: read and check the text, segment, build dictionaries, binarise.
+"""Building a data-bin's content: check the text, segment, build dictionaries, binarise.
 
 `build_databin` writes every file of a data-bin into a folder and returns meta.json's dict; the
 caching, locking and atomic renaming around it are in `convseq.data.preprocess`.
+
+The text is streamed, so memory does not grow with the corpus (beyond the dictionaries, one flag
+byte per input line, and blocks of a few MiB):
+
+1. every input file is read block by block and checked (UTF-8, stray carriage returns, line
+   counts of the two sides), then the train pairs are filtered (`drop_train_regex`, empty lines);
+2. sentencepiece, when asked for, is trained on the kept train sentences as a stream (on a seeded
+   sample of `data.subword.input_sentence_size` of them when there are more);
+3. every kept pair is segmented, by `data.workers` processes (`convseq.data.encode`), over-long
+   pairs are dropped, train tokens are counted, and each side's provisional ids are spooled to
+   disk (`convseq.data.spool`); the valid/test reference text is written on the way;
+4. the dictionaries are built from the counts, and each side is streamed from the spool through
+   a lookup table into its token and offset arrays.
+
+Blocks are processed and written in input order whatever the number of workers, so the bytes of
+a data-bin depend only on its inputs and content settings.
 """
 
 from __future__ import annotations
@@ -10,10 +26,10 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from datetime import datetime, timezone
-from itertools import chain
+from itertools import chain, compress
 from pathlib import Path
 
 import numpy as np
@@ -23,19 +39,38 @@ from convseq import __version__
 from convseq.data.config import DataConfig
 from convseq.data.databin import FORMAT_VERSION, META_FILE, SPLITS, TEXT_SPLITS, split_prefix
 from convseq.data.dictionary import Dictionary
-from convseq.data.indexed import write_split
+from convseq.data.encode import BlockEncoder, SymbolTable, segment_split
+from convseq.data.indexed import token_dtype
+from convseq.data.spool import SIDES, SplitSpool, remove_spool, write_lines, write_side
 from convseq.data.subword import Segmenter, train_sentencepiece
-from convseq.data.textio import PairFilter, TextFile, check_same_length, read_text_file
-from convseq.errors import DataError
+from convseq.data.textio import (
+    PairFilter,
+    TextInfo,
+    TextStream,
+    check_same_length,
+    iter_pairs,
+    scan_text_file,
+)
 
 PROGRESS_MIN_LINES = 100_000  # a split this long (per side) gets progress bars
-CHUNK = 20_000  # lines per segmentation/encoding step (one progress-bar tick)
-SPM_THREADS = 2
+PROGRESS_MIN_BYTES = 8 << 20  # a file this big gets a progress bar while it is checked
+CHUNK = 20_000  # pairs per segmentation block (one progress-bar tick, one worker task)
+SPM_THREADS = 2  # sentencepiece threads in this process (part of the model file: keep fixed)
+SPOOL = ".spool"  # folder of the provisional ids inside the data-bin being built
 
 
-def content_settings(cfg: DataConfig) -> dict:
-    """Every setting that changes a data-bin's content (part of its key and of meta.json)."""
+def content_settings(cfg: DataConfig, train_lines: Mapping[str, int] | None = None) -> dict:
+    """Every setting that changes a data-bin's content (part of its key and of meta.json).
+
+    `train_lines` bounds the line count of the train files per side (`src`, `tgt`). A sentencepiece
+    sample size that no model's training input can exceed changes nothing and is recorded as 0
+    (all sentences), so a corpus smaller than the sample keeps the key it had before the setting
+    existed with a non-zero default.
+    """
     sub = asdict(cfg.subword) if cfg.subword.type != "none" else {"type": "none"}
+    if "input_sentence_size" in sub and train_lines is not None:
+        if not _samples(cfg, train_lines["src"], train_lines["tgt"]):
+            sub["input_sentence_size"] = 0
     return {
         "format": FORMAT_VERSION,
         "src_lang": cfg.src_lang,
@@ -47,6 +82,13 @@ def content_settings(cfg: DataConfig) -> dict:
         "eval_overlong": cfg.eval_overlong,
         "drop_train_regex": cfg.drop_train_regex,
     }
+
+
+def _samples(cfg: DataConfig, n_src: int, n_tgt: int) -> bool:
+    """Whether a sentencepiece model would be trained on a sample of its sentences."""
+    size = cfg.subword.input_sentence_size
+    inputs = [n_src + n_tgt] if cfg.subword.joint else [n_src, n_tgt]
+    return size > 0 and max(inputs) > size
 
 
 def input_id(cfg: DataConfig, role: str, side: str) -> str:
@@ -65,15 +107,14 @@ def build_databin(
     """Read, check, segment, binarise every split into the folder `out`; return meta.json's dict."""
     start = time.perf_counter()
     src, tgt = cfg.src_lang, cfg.tgt_lang
-    texts: dict[str, tuple[TextFile, TextFile]] = {}
-    for role in SPLITS:
-        pair = (read_text_file(paths[role, "src"]), read_text_file(paths[role, "tgt"]))
-        for side, tf in zip(("src", "tgt"), pair):
-            if tf.sha256 != checksums[input_id(cfg, role, side)]:
-                raise DataError("file changed while preprocessing; run again", path=str(tf.path))
-        check_same_length(*pair)
-        texts[role] = pair
+    sha = {(role, side): checksums[input_id(cfg, role, side)] for role in SPLITS for side in SIDES}
 
+    # 1. check every file, then filter the train text
+    infos: dict[str, tuple[TextInfo, TextInfo]] = {}
+    for role in SPLITS:
+        s_info, t_info = (_scan(paths[role, side], sha[role, side], progress) for side in SIDES)
+        check_same_length(s_info, t_info)
+        infos[role] = (s_info, t_info)
     filters = {
         role: PairFilter(
             is_train=role == "train",
@@ -84,65 +125,67 @@ def build_databin(
         )
         for role in SPLITS
     }
-    kept = {role: filters[role].keep_text(*texts[role]) for role in SPLITS}
-    train_src, train_tgt = texts["train"]
-    segmenters, models = _train_segmenters(
-        cfg,
-        [train_src.lines[i] for i in kept["train"]],
-        [train_tgt.lines[i] for i in kept["train"]],
-        out,
-    )
+    masks = {
+        role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in SPLITS
+    }
 
-    tokens: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
-    for role in SPLITS:
-        s_file, t_file = texts[role]
-        show = progress and len(kept[role]) >= PROGRESS_MIN_LINES
-        s_tok = _segment(
-            segmenters[src], [s_file.lines[i] for i in kept[role]], f"{role}.{src}", show
-        )
-        t_tok = _segment(
-            segmenters[tgt], [t_file.lines[i] for i in kept[role]], f"{role}.{tgt}", show
-        )
-        pos = filters[role].keep_lengths(
-            kept[role], [len(x) for x in s_tok], [len(x) for x in t_tok], s_file, t_file
-        )
-        if len(pos) != len(s_tok):
-            kept[role] = [kept[role][j] for j in pos]
-            s_tok, t_tok = [s_tok[j] for j in pos], [t_tok[j] for j in pos]
-        tokens[role] = (s_tok, t_tok)
+    # 2. sentencepiece
+    segmenters, models, trained_on = _train_segmenters(cfg, paths, sha, masks["train"], out)
 
-    src_dict, tgt_dict = _build_dicts(cfg, *tokens["train"])
+    # 3. segment, filter by length, count, spool
+    tables = {lang: SymbolTable(_pieces(segmenters[lang])) for lang in (src, tgt)}
+    spools: dict[str, SplitSpool] = {}
+    with BlockEncoder(segmenters[src], segmenters[tgt], cfg.workers, SPM_THREADS) as encoder:
+        for role in SPLITS:
+            spools[role] = SplitSpool(out / SPOOL, role)
+            text = None
+            if role in TEXT_SPLITS:  # the stripped input text of the kept lines (references)
+                text = tuple(
+                    out / (split_prefix(role, src, tgt, lang) + ".txt") for lang in (src, tgt)
+                )
+            src_path, tgt_path = paths[role, "src"], paths[role, "tgt"]
+            segment_split(
+                iter_pairs(src_path, tgt_path, CHUNK, sha[role, "src"], sha[role, "tgt"]),
+                masks[role],
+                filters[role],
+                (src_path, tgt_path),
+                encoder,
+                (tables[src], tables[tgt]),
+                spools[role],
+                count=role == "train",
+                text_paths=text,
+                desc=f"segment {role}.{src}-{tgt}",
+                show=progress and int(masks[role].sum()) >= PROGRESS_MIN_LINES,
+            )
+
+    # 4. dictionaries, then the token arrays
+    src_dict, tgt_dict = _build_dicts(cfg, tables[src], tables[tgt])
     src_dict.save(out / f"dict.{src}.txt")
     tgt_dict.save(out / f"dict.{tgt}.txt")
-
     splits_meta: dict[str, dict] = {}
     for role in SPLITS:
-        show = progress and len(kept[role]) >= PROGRESS_MIN_LINES
+        spool = spools[role]
+        show = progress and spool.sentences >= PROGRESS_MIN_LINES
         info: dict = {
             "input": {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}[
                 role
             ],
-            "input_lines": len(texts[role][0]),
-            "sentences": len(kept[role]),
+            "input_lines": len(infos[role][0]),
+            "sentences": spool.sentences,
             "skipped": dict(sorted(filters[role].skipped.items())),
         }
-        for side, lang, d, toks in (
-            ("src", src, src_dict, tokens[role][0]),
-            ("tgt", tgt, tgt_dict, tokens[role][1]),
-        ):
-            info[side] = _write_side(
-                out / split_prefix(role, src, tgt, lang), d, toks, f"{role}.{lang}", show
+        for side, lang, d in (("src", src, src_dict), ("tgt", tgt, tgt_dict)):
+            lut = tables[lang].lookup_table(d.indices, d.unk_index, token_dtype(len(d)))
+            prefix = out / split_prefix(role, src, tgt, lang)
+            info[side] = write_side(
+                prefix, spool, side, lut, d.eos_index, d.unk_index, f"{role}.{lang}", show
             )
-        _save_npy(out / (split_prefix(role, src, tgt) + ".lines.npy"), kept[role])
-        if role in TEXT_SPLITS:
-            for lang, tf in zip((src, tgt), texts[role]):
-                text = "".join(tf.lines[i] + "\n" for i in kept[role])
-                (out / (split_prefix(role, src, tgt, lang) + ".txt")).write_text(
-                    text, encoding="utf-8"
-                )
+        write_lines(out / (split_prefix(role, src, tgt) + ".lines.npy"), spool)
         splits_meta[role] = info
+    remove_spool(out / SPOOL)
 
-    settings = content_settings(cfg)
+    lines = {side: infos["train"][i].newlines + 1 for i, side in enumerate(SIDES)}
+    settings = content_settings(cfg, lines)
     meta = {
         "format": FORMAT_VERSION,
         "key": key,
@@ -157,6 +200,7 @@ def build_databin(
             "pieces": {
                 lang: seg.model.get_piece_size() for lang, seg in segmenters.items() if seg.model
             },
+            "trained_on": trained_on,
         },
         "vocab": {**asdict(cfg.vocab), "src_size": len(src_dict), "tgt_size": len(tgt_dict)},
         "max_positions": settings["max_positions"],
@@ -166,14 +210,14 @@ def build_databin(
         "settings": settings,
         "inputs": {
             input_id(cfg, role, side): {
-                "path": str(tf.path),
-                "sha256": tf.sha256,
-                "bytes": tf.num_bytes,
-                "lines": len(tf),
-                "crlf": tf.crlf,
+                "path": str(ti.path),
+                "sha256": ti.sha256,
+                "bytes": ti.num_bytes,
+                "lines": len(ti),
+                "crlf": ti.crlf,
             }
             for role in SPLITS
-            for side, tf in zip(("src", "tgt"), texts[role])
+            for side, ti in zip(SIDES, infos[role])
         },
         "splits": splits_meta,
     }
@@ -186,86 +230,98 @@ def build_databin(
     return meta
 
 
+def _scan(path: Path, sha256: str, progress: bool) -> TextInfo:
+    show = progress and path.stat().st_size >= PROGRESS_MIN_BYTES
+    with tqdm(desc=f"check {path.name}", unit="line", disable=not show) as bar:
+        return scan_text_file(path, expect_sha256=sha256, on_block=bar.update)
+
+
+def _text_mask(f: PairFilter, paths: Mapping, sha: Mapping, role: str, n_lines: int) -> np.ndarray:
+    """One flag per input line: the pair passes the text checks (all of valid/test do)."""
+    if not f.is_train:
+        return np.ones(n_lines, dtype=bool)
+    mask = np.zeros(n_lines, dtype=bool)
+    for first, s, t in iter_pairs(
+        paths[role, "src"], paths[role, "tgt"], CHUNK, sha[role, "src"], sha[role, "tgt"]
+    ):
+        mask[first : first + len(s)] = f.text_mask(
+            first, s, t, paths[role, "src"], paths[role, "tgt"]
+        )
+    return mask
+
+
+def _kept_lines(path: Path, sha256: str, mask: np.ndarray) -> Iterator[str]:
+    """The stripped lines of a file whose flag in `mask` is set, streamed."""
+    first = 0
+    for block in TextStream(path, expect_sha256=sha256):
+        yield from compress(block, mask[first : first + len(block)].tolist())
+        first += len(block)
+
+
 def _train_segmenters(
-    cfg: DataConfig, train_src: Sequence[str], train_tgt: Sequence[str], out: Path
-) -> tuple[dict[str, Segmenter], dict[str, str]]:
-    """Segmenters per language (sentencepiece trained on train only) and their model file names."""
+    cfg: DataConfig, paths: Mapping, sha: Mapping, mask: np.ndarray, out: Path
+) -> tuple[dict[str, Segmenter], dict[str, str], dict[str, int]]:
+    """Segmenters per language (sentencepiece trained on the kept train pairs), their model file
+    names, and how many sentences each model was trained on."""
     src, tgt = cfg.src_lang, cfg.tgt_lang
     sub = cfg.subword
     if sub.type == "none":
-        return {src: Segmenter(None), tgt: Segmenter(None)}, {}
+        return {src: Segmenter(None), tgt: Segmenter(None)}, {}, {}
+    kept = int(mask.sum())  # kept train lines are never empty: both sides have `kept` sentences
     options = dict(
         model_type=sub.type,
         vocab_size=sub.vocab_size,
         character_coverage=sub.character_coverage,
-        input_sentence_size=sub.input_sentence_size,
         num_threads=SPM_THREADS,
     )
+
+    def lines(side: str) -> Iterator[str]:
+        return _kept_lines(paths["train", side], sha["train", side], mask)
+
     if sub.joint:
-        seg = train_sentencepiece(chain(train_src, train_tgt), out / "spm.model", **options)
-        return {src: seg, tgt: seg}, {src: "spm.model", tgt: "spm.model"}
-    segs, models = {}, {}
-    for lang, lines in ((src, train_src), (tgt, train_tgt)):
+        n = 2 * kept
+        size = sub.input_sentence_size if _samples(cfg, kept, kept) else 0
+        stream = chain(lines("src"), lines("tgt"))
+        seg = train_sentencepiece(
+            stream, out / "spm.model", input_sentence_size=size, num_sentences=n, **options
+        )
+        return {src: seg, tgt: seg}, {src: "spm.model", tgt: "spm.model"}, {"spm.model": size or n}
+    segs, models, used = {}, {}, {}
+    size = sub.input_sentence_size if _samples(cfg, kept, kept) else 0
+    for lang, side in ((src, "src"), (tgt, "tgt")):
         models[lang] = f"spm.{lang}.model"
-        segs[lang] = train_sentencepiece(lines, out / models[lang], **options)
-    return segs, models
+        segs[lang] = train_sentencepiece(
+            lines(side), out / models[lang], input_sentence_size=size, num_sentences=kept, **options
+        )
+        used[models[lang]] = size or kept
+    return segs, models, used
 
 
-def _segment(seg: Segmenter, lines: Sequence[str], desc: str, show: bool) -> list[list[str]]:
-    out: list[list[str]] = []
-    with tqdm(total=len(lines), desc=f"segment {desc}", unit="line", disable=not show) as bar:
-        for start in range(0, len(lines), CHUNK):
-            chunk = lines[start : start + CHUNK]
-            out.extend(seg.segment_many(chunk))
-            bar.update(len(chunk))
-    return out
+def _pieces(seg: Segmenter) -> list[str]:
+    if seg.model is None:
+        return []
+    return [seg.model.id_to_piece(i) for i in range(seg.model.get_piece_size())]
 
 
 def _build_dicts(
-    cfg: DataConfig, src_tokens: Sequence[Sequence[str]], tgt_tokens: Sequence[Sequence[str]]
+    cfg: DataConfig, src_table: SymbolTable, tgt_table: SymbolTable
 ) -> tuple[Dictionary, Dictionary]:
-    """Dictionaries from the kept train tokens: one joined or one per side."""
+    """Dictionaries from the kept train tokens' counts: one joined or one per side."""
     v = cfg.vocab
 
-    def build(*token_lists: Sequence[Sequence[str]]) -> Dictionary:
+    def build(*counts: dict[str, int]) -> Dictionary:
         d = Dictionary()
-        # Counter over one flat iterator: the counting loop runs in C.
-        d.add_counts(Counter(chain.from_iterable(chain(*token_lists))))
+        total: Counter = Counter()
+        for c in counts:
+            total.update(c)
+        d.add_counts(total)
         d.finalize(threshold=v.threshold, nwords=v.nwords, padding_factor=v.padding_factor)
         return d
 
     if v.joined:
-        d = build(src_tokens, tgt_tokens)
+        d = build(src_table.counted(), tgt_table.counted())
         return d, d
-    return build(src_tokens), build(tgt_tokens)
-
-
-def _write_side(
-    prefix: Path, d: Dictionary, token_lists: Sequence[Sequence[str]], desc: str, show: bool
-) -> dict:
-    """Encode and write one split side; return its counts for meta.json."""
-    get, unk, eos = d.indices.get, d.unk_index, d.eos_index
-    encoded: list[list[int]] = []
-    n_unk = 0
-    for toks in tqdm(
-        token_lists, desc=f"binarise {desc}", unit="line", disable=not show, miniters=CHUNK
-    ):
-        ids = [get(t, unk) for t in toks]
-        n_unk += ids.count(unk)
-        ids.append(eos)
-        encoded.append(ids)
-    write_split(prefix, encoded, len(d))
-    n_tok = sum(len(ids) for ids in encoded)
-    return {
-        "tokens": n_tok,  # EOS included, as fairseq-preprocess counts them
-        "unk": n_unk,
-        "unk_rate": n_unk / n_tok if n_tok else 0.0,
-        "max_len": max((len(ids) for ids in encoded), default=0),
-    }
-
-
-def _save_npy(path: Path, values: Sequence[int]) -> None:
-    np.save(path, np.asarray(values, dtype=np.int64))
+    return build(src_table.counted()), build(tgt_table.counted())
 
 
 # -- reporting ----------------------------------------------------------------------------------

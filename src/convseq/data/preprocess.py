@@ -30,8 +30,9 @@ from omegaconf.errors import OmegaConfBaseException
 from convseq.data.binarize import build_databin, content_settings, format_summary, input_id
 from convseq.data.config import DataConfig
 from convseq.data.databin import META_FILE, SPLITS, DataBin
+from convseq.data.encode import WORKER_ENV
 from convseq.data.subword import SUBWORD_TYPES
-from convseq.data.textio import PairFilter, file_sha256
+from convseq.data.textio import PairFilter, file_sha256_and_newlines
 from convseq.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -70,15 +71,27 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
         )
     if cfg.generator not in (None, "toy"):
         raise DataError(f"data.generator must be null or 'toy', got {cfg.generator!r}")
+    if cfg.workers < 1:
+        raise DataError(f"data.workers must be >= 1, got {cfg.workers}")
+    if cfg.subword.input_sentence_size < 0:
+        raise DataError(
+            f"data.subword.input_sentence_size must be >= 0, got {cfg.subword.input_sentence_size}"
+        )
     # PairFilter checks train_invalid, eval_overlong, max_positions and the regex.
     PairFilter(True, cfg.max_positions, cfg.train_invalid, cfg.eval_overlong, cfg.drop_train_regex)
     return cfg
 
 
-def databin_key(cfg: DataConfig, checksums: Mapping[str, str]) -> str:
-    """Hex sha256 of the content settings and the input checksums (`{split}.{lang}` -> sha256)."""
+def databin_key(
+    cfg: DataConfig, checksums: Mapping[str, str], train_lines: Mapping[str, int] | None = None
+) -> str:
+    """Hex sha256 of the content settings and the input checksums (`{split}.{lang}` -> sha256).
+
+    `train_lines` bounds the train files' line counts per side (see `content_settings`).
+    """
     blob = json.dumps(
-        {"settings": content_settings(cfg), "inputs": dict(checksums)}, sort_keys=True
+        {"settings": content_settings(cfg, train_lines), "inputs": dict(checksums)},
+        sort_keys=True,
     )
     return _sha256_text(blob)
 
@@ -121,6 +134,12 @@ def ensure_databin(
     data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str, progress: bool = True
 ) -> tuple[Path, bool]:
     """Like `prepare_databin`, but also says whether this call built the data-bin."""
+    if os.environ.get(WORKER_ENV):
+        raise DataError(
+            "preprocessing started inside one of its own worker processes: the script that runs "
+            "it with data.workers > 1 is imported again by each worker, so keep its code under "
+            "`if __name__ == '__main__':`"
+        )
     cfg, paths, checksums, key, final = _locate(data_cfg, cache_dir)
     root = final.parent
     if _usable(final, key):
@@ -176,8 +195,12 @@ def _locate(data_cfg, cache_dir: str):
 
         write_toy_corpus(Path(cfg.dir).expanduser().absolute(), seed=cfg.generator_seed)
     paths = input_paths(cfg)
-    checksums = {input_id(cfg, role, side): file_sha256(p) for (role, side), p in paths.items()}
-    key = databin_key(cfg, checksums)
+    checksums, train_lines = {}, {}
+    for (role, side), p in paths.items():
+        checksums[input_id(cfg, role, side)], newlines = file_sha256_and_newlines(p)
+        if role == "train":
+            train_lines[side] = newlines + 1  # a last line without \n counts too
+    key = databin_key(cfg, checksums, train_lines)
     root = Path(cache_dir).expanduser().absolute() / "databin"
     final = root / f"{cfg.name}-{cfg.src_lang}-{cfg.tgt_lang}-{key[:12]}"
     return cfg, paths, checksums, key, final
