@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -148,7 +149,9 @@ def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
 
 def test_a_worker_never_starts_preprocessing_itself(tmp_path, monkeypatch):
     cfg = write_reference_corpus("toy-words-joined", tmp_path / "corpus")
-    monkeypatch.setenv(WORKER_ENV, "1")
+    monkeypatch.setenv(WORKER_ENV, str(os.getpid()))  # this process builds: no error
+    pp.prepare_databin(cfg, str(tmp_path / "cache"), progress=False)
+    monkeypatch.setenv(WORKER_ENV, str(os.getppid()))  # as in a worker of the parent's build
     with pytest.raises(DataError, match="if __name__ == '__main__'"):
         pp.prepare_databin(cfg, str(tmp_path / "cache"))
 

@@ -36,9 +36,9 @@ from convseq.data.subword import Segmenter
 from convseq.data.textio import PairFilter
 from convseq.errors import DataError
 
-# Set in the environment of the worker processes: a worker that starts preprocessing itself (a
-# script without a main guard, which `spawn` re-imports) fails at once instead of waiting forever
-# for the lock its parent holds.
+# Set to the builder's pid in the environment of its worker processes: a worker that starts
+# preprocessing itself (a script without a main guard, which `spawn` imports again) fails at once
+# instead of waiting forever for the lock its parent holds.
 WORKER_ENV = "CONVSEQ_PREPROCESS_WORKER"
 
 
@@ -239,7 +239,8 @@ class BlockEncoder:
     def __enter__(self) -> BlockEncoder:
         if self.workers > 1:
             self._saved_env = os.environ.get(WORKER_ENV)
-            os.environ[WORKER_ENV] = "1"  # inherited by the workers, started on demand
+            # Inherited by the workers (started on demand): they see their parent's pid there.
+            os.environ[WORKER_ENV] = str(os.getpid())
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=multiprocessing.get_context("spawn"),

@@ -134,7 +134,7 @@ def ensure_databin(
     data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str, progress: bool = True
 ) -> tuple[Path, bool]:
     """Like `prepare_databin`, but also says whether this call built the data-bin."""
-    if os.environ.get(WORKER_ENV):
+    if os.environ.get(WORKER_ENV) == str(os.getppid()):  # a worker of a build in its parent
         raise DataError(
             "preprocessing started inside one of its own worker processes: the script that runs "
             "it with data.workers > 1 is imported again by each worker, so keep its code under "
