@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,25 @@ def load_any(
     return LoadedModel(model, src_dict, tgt_dict, None)
 
 
+def build_model(
+    model_cfg: Mapping[str, Any], src_vocab: Sequence[str], tgt_vocab: Sequence[str]
+) -> tuple[FConvModel, Dictionary, Dictionary]:
+    """A fresh FConvModel and its dictionaries from plain hyperparameters (the model config and
+    the dictionaries' symbol lists), as checkpoints store them; `ConvSeqModule` builds its own
+    model with it too.
+
+    Raises:
+        CheckpointError: the two dictionaries disagree on the pad symbol.
+    """
+    src_vocab, tgt_vocab = [str(s) for s in src_vocab], [str(s) for s in tgt_vocab]
+    src_dict, tgt_dict = Dictionary.from_list(src_vocab), Dictionary.from_list(tgt_vocab)
+    pad = tgt_dict.pad()
+    if src_dict.pad() != pad:
+        raise CheckpointError("source and target dictionaries disagree on the pad symbol")
+    model = FConvModel.build(dict(model_cfg), len(src_vocab), len(tgt_vocab), padding_idx=pad)
+    return model, src_dict, tgt_dict
+
+
 def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> LoadedModel:
     """The model of a convseq training checkpoint (a `ConvSeqModule`'s), in eval mode.
 
@@ -130,14 +149,7 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> L
     """
     hp = ckpt["hyper_parameters"]
     try:
-        src_vocab = [str(s) for s in hp["src_vocab"]]
-        tgt_vocab = [str(s) for s in hp["tgt_vocab"]]
-        src_dict, tgt_dict = Dictionary.from_list(src_vocab), Dictionary.from_list(tgt_vocab)
-        if src_dict.pad() != tgt_dict.pad():
-            raise CheckpointError("source and target dictionaries disagree on the pad symbol")
-        model = FConvModel.build(
-            dict(hp["model"]), len(src_vocab), len(tgt_vocab), padding_idx=tgt_dict.pad()
-        )
+        model, src_dict, tgt_dict = build_model(hp["model"], hp["src_vocab"], hp["tgt_vocab"])
         weights = {
             name[len(MODEL_PREFIX) :]: value
             for name, value in ckpt["state_dict"].items()

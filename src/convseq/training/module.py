@@ -36,11 +36,9 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.checkpoints.io import is_refused, read_error
-from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
-from convseq.inference.loading import TEXT_KEY
+from convseq.inference.loading import TEXT_KEY, build_model
 from convseq.inference.translator import Translator, translator_of
-from convseq.models.fconv import FConvModel
 from convseq.optim.build import build_optimizer
 from convseq.training.amp import check_loss_scale
 from convseq.training.criterion import LabelSmoothedCrossEntropy
@@ -89,12 +87,8 @@ class ConvSeqModule(pl.LightningModule):
         tgt_vocab = [str(s) for s in tgt_vocab]
         # Not sent to loggers: the vocabularies would flood hparams.yaml.
         self.save_hyperparameters(logger=False)
-        self.src_dict = Dictionary.from_list(src_vocab)
-        self.tgt_dict = Dictionary.from_list(tgt_vocab)
+        self.model, self.src_dict, self.tgt_dict = build_model(model, src_vocab, tgt_vocab)
         pad = self.tgt_dict.pad()
-        if self.src_dict.pad() != pad:
-            raise CheckpointError("source and target dictionaries disagree on the pad symbol")
-        self.model = FConvModel.build(model, len(src_vocab), len(tgt_vocab), padding_idx=pad)
         self.criterion = LabelSmoothedCrossEntropy.from_config(criterion, padding_idx=pad)
 
         # Figures of the update being accumulated, of the current epoch, and of the last update.
