@@ -1,0 +1,139 @@
+"""Run the arms of the batching x annealing x momentum study (docs/study.md) to their own stop.
+
+Every arm is one `python run.py experiment=multi30k_study ...` run in its own folder under
+`--root` (default `outputs/study/<arm>`). The script is safe to start again at any time: an arm
+with a finished `summary.json` is skipped, one with `checkpoints/last.ckpt` but no finished summary
+(a session end, a kill) continues with `resume=true`, any other starts fresh. The `force` arms
+start annealing at the epoch where the `lua` arm of the same batching first trained with a smaller
+lr, so they run after it (in the same queue).
+
+    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 1/2 &
+    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 2/2 &
+    python examples/study.py --list                      # each arm's state
+    python run.py task=report sweep_dir=outputs/study report.study=true
+
+On CPU with a fixed seed and a fixed thread count an arm's epochs, losses and BLEU do not depend
+on the machine's load, so two queues of one thread each may share two cores; their seconds per
+epoch are measured apart, on a quiet machine (docs/study.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository: run.py lives here
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str  # the run folder's name under --root
+    overrides: tuple[str, ...]  # Hydra overrides on top of experiment=multi30k_study
+    force_from: str | None = None  # force arms: the lua arm whose first annealed epoch they use
+
+
+def _arm(name: str, *overrides: str, force_from: str | None = None) -> Arm:
+    return Arm(name, tuple(overrides), force_from)
+
+
+SGD = ("optim=sgd", "optim.momentum=0")
+# lr 25 = 0.25 / (1 - 0.99): the step plain SGD needs to match NAG 0.99's steady-state step;
+# min_lr scaled by the same 100x so the annealing rules still stop after the same number of shrinks.
+SGD_MATCHED = (*SGD, "optim.lr=25", "anneal.min_lr=0.001")
+
+# Two queues, in the order each runs them; the end points (tokens+plateau: the PyTorch toolkit's
+# way, sentences+lua: the Lua toolkit's way) get seeds 2 and 3 and the momentum-free arms.
+QUEUES: tuple[tuple[Arm, ...], ...] = (
+    (
+        _arm("tok_lua_s1", "batching=tokens", "anneal=lua", "seed=1"),
+        _arm("tok_plateau_s1", "batching=tokens", "anneal=plateau", "seed=1"),
+        _arm("tok_force_s1", "batching=tokens", "anneal=force", "seed=1", force_from="tok_lua_s1"),
+        _arm("tok_plateau_s2", "batching=tokens", "anneal=plateau", "seed=2"),
+        _arm("tok_plateau_s3", "batching=tokens", "anneal=plateau", "seed=3"),
+        _arm("tok_plateau_sgd25_s1", "batching=tokens", "anneal=plateau", "seed=1", *SGD_MATCHED),
+        _arm("tok_plateau_sgd_s1", "batching=tokens", "anneal=plateau", "seed=1", *SGD),
+    ),
+    (
+        _arm("sen_lua_s1", "batching=sentences", "anneal=lua", "seed=1"),
+        _arm("sen_plateau_s1", "batching=sentences", "anneal=plateau", "seed=1"),
+        _arm(
+            "sen_force_s1", "batching=sentences", "anneal=force", "seed=1", force_from="sen_lua_s1"
+        ),
+        _arm("sen_lua_s2", "batching=sentences", "anneal=lua", "seed=2"),
+        _arm("sen_lua_s3", "batching=sentences", "anneal=lua", "seed=3"),
+        _arm("sen_lua_sgd25_s1", "batching=sentences", "anneal=lua", "seed=1", *SGD_MATCHED),
+        _arm("sen_lua_sgd_s1", "batching=sentences", "anneal=lua", "seed=1", *SGD),
+    ),
+)
+ARMS = {arm.name: arm for queue in QUEUES for arm in queue}
+
+
+def state(run_dir: Path) -> str:
+    """done | interrupted (resume it) | new."""
+    summary = run_dir / "summary.json"
+    if summary.is_file() and not json.loads(summary.read_text()).get("interrupted", False):
+        return "done"
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return "interrupted"
+    return "new"
+
+
+def first_annealed_epoch(run_dir: Path) -> int:
+    """The first epoch trained with an lr below the first epoch's (from summary.json's history)."""
+    history = json.loads((run_dir / "summary.json").read_text())["history"]
+    lrs = [(row["epoch"], row["train_epoch/lr"]) for row in history if "train_epoch/lr" in row]
+    for epoch, lr in lrs:
+        if lr < lrs[0][1]:
+            return int(epoch)
+    raise SystemExit(
+        f"{run_dir}/summary.json: the lr never fell below {lrs[0][1]}: no anneal epoch"
+    )
+
+
+def command(arm: Arm, root: Path) -> list[str]:
+    run_dir = root / arm.name
+    args = [sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *arm.overrides]
+    if arm.force_from is not None:
+        args.append(f"anneal.force_anneal={first_annealed_epoch(root / arm.force_from)}")
+    args.append(f"hydra.run.dir={run_dir}")
+    if state(run_dir) == "interrupted":
+        args.append("resume=true")
+    return args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "study")
+    parser.add_argument("--queue", default="1/1", help="K/N: run queue K of N (N = 1 or 2)")
+    parser.add_argument("--list", action="store_true", help="print every arm's state and stop")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args()
+    root = args.root.resolve()
+    if args.list:
+        for arm in ARMS.values():
+            print(f"{arm.name:24s} {state(root / arm.name):12s} {' '.join(arm.overrides)}")
+        return
+    k, n = (int(x) for x in args.queue.split("/"))
+    if n not in (1, 2) or not 1 <= k <= n:
+        raise SystemExit(f"--queue {args.queue}: expected 1/1, 1/2 or 2/2")
+    arms = [arm for queue in QUEUES for arm in queue] if n == 1 else list(QUEUES[k - 1])
+    for arm in arms:
+        if state(root / arm.name) == "done":
+            continue
+        if arm.force_from is not None and state(root / arm.force_from) != "done":
+            if args.dry_run:
+                print(f"# {arm.name}: waits for {arm.force_from}")
+                continue
+            raise SystemExit(f"{arm.name} needs {root / arm.force_from} finished first")
+        cmd = command(arm, root)
+        print(" ".join(cmd), flush=True)
+        if not args.dry_run:
+            subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    main()
