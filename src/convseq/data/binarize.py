@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from convseq import __version__
 from convseq.data.config import DataConfig
-from convseq.data.databin import FORMAT_VERSION, META_FILE, SPLITS, TEXT_SPLITS, split_prefix
+from convseq.data.databin import FORMAT_VERSION, META_FILE, SPLITS, split_prefix
 from convseq.data.dictionary import Dictionary
 from convseq.data.encode import BlockEncoder, SymbolTable, segment_split
 from convseq.data.indexed import token_dtype
@@ -71,7 +71,7 @@ def content_settings(cfg: DataConfig, train_lines: Mapping[str, int] | None = No
     if "input_sentence_size" in sub and train_lines is not None:
         if not _samples(cfg, train_lines["src"], train_lines["tgt"]):
             sub["input_sentence_size"] = 0
-    return {
+    settings = {
         "format": FORMAT_VERSION,
         "src_lang": cfg.src_lang,
         "tgt_lang": cfg.tgt_lang,
@@ -82,6 +82,9 @@ def content_settings(cfg: DataConfig, train_lines: Mapping[str, int] | None = No
         "eval_overlong": cfg.eval_overlong,
         "drop_train_regex": cfg.drop_train_regex,
     }
+    if cfg.test_sets:  # only when set: a corpus without extra sets keeps its key
+        settings["test_sets"] = list(cfg.test_sets)
+    return settings
 
 
 def _samples(cfg: DataConfig, n_src: int, n_tgt: int) -> bool:
@@ -89,6 +92,17 @@ def _samples(cfg: DataConfig, n_src: int, n_tgt: int) -> bool:
     size = cfg.subword.input_sentence_size
     inputs = [n_src + n_tgt] if cfg.subword.joint else [n_src, n_tgt]
     return size > 0 and max(inputs) > size
+
+
+def split_roles(cfg: DataConfig) -> tuple[str, ...]:
+    """The data-bin's splits: train, valid, test, then the extra test sets in config order."""
+    return (*SPLITS, *cfg.test_sets)
+
+
+def split_inputs(cfg: DataConfig) -> dict[str, str]:
+    """Each split's input file prefix (`{dir}/{prefix}.{lang}`), e.g. `{"test2017": "test1"}`."""
+    names = {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
+    return {**names, **cfg.test_sets}
 
 
 def input_id(cfg: DataConfig, role: str, side: str) -> str:
@@ -107,11 +121,12 @@ def build_databin(
     """Read, check, segment, binarise every split into the folder `out`; return meta.json's dict."""
     start = time.perf_counter()
     src, tgt = cfg.src_lang, cfg.tgt_lang
-    sha = {(role, side): checksums[input_id(cfg, role, side)] for role in SPLITS for side in SIDES}
+    roles = split_roles(cfg)
+    sha = {(role, side): checksums[input_id(cfg, role, side)] for role in roles for side in SIDES}
 
     # 1. check every file, then filter the train text
     infos: dict[str, tuple[TextInfo, TextInfo]] = {}
-    for role in SPLITS:
+    for role in roles:
         s_info, t_info = (_scan(paths[role, side], sha[role, side], progress) for side in SIDES)
         check_same_length(s_info, t_info)
         infos[role] = (s_info, t_info)
@@ -123,10 +138,10 @@ def build_databin(
             eval_overlong=cfg.eval_overlong,
             drop_regex=cfg.drop_train_regex,
         )
-        for role in SPLITS
+        for role in roles
     }
     masks = {
-        role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in SPLITS
+        role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in roles
     }
 
     # 2. sentencepiece
@@ -136,10 +151,10 @@ def build_databin(
     tables = {lang: SymbolTable(_pieces(segmenters[lang])) for lang in (src, tgt)}
     spools: dict[str, SplitSpool] = {}
     with BlockEncoder(segmenters[src], segmenters[tgt], cfg.workers, SPM_THREADS) as encoder:
-        for role in SPLITS:
+        for role in roles:
             spools[role] = SplitSpool(out / SPOOL, role)
             text = None
-            if role in TEXT_SPLITS:  # the stripped input text of the kept lines (references)
+            if role != "train":  # the stripped input text of the kept lines (references)
                 text = tuple(
                     out / (split_prefix(role, src, tgt, lang) + ".txt") for lang in (src, tgt)
                 )
@@ -163,13 +178,12 @@ def build_databin(
     src_dict.save(out / f"dict.{src}.txt")
     tgt_dict.save(out / f"dict.{tgt}.txt")
     splits_meta: dict[str, dict] = {}
-    for role in SPLITS:
+    inputs = split_inputs(cfg)
+    for role in roles:
         spool = spools[role]
         show = progress and spool.sentences >= PROGRESS_MIN_LINES
         info: dict = {
-            "input": {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}[
-                role
-            ],
+            "input": inputs[role],
             "input_lines": len(infos[role][0]),
             "sentences": spool.sentences,
             "skipped": dict(sorted(filters[role].skipped.items())),
@@ -216,11 +230,13 @@ def build_databin(
                 "lines": len(ti),
                 "crlf": ti.crlf,
             }
-            for role in SPLITS
+            for role in roles
             for side, ti in zip(SIDES, infos[role])
         },
         "splits": splits_meta,
     }
+    if cfg.test_sets:
+        meta["test_sets"] = list(cfg.test_sets)
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
     with open(out / META_FILE, "w", encoding="utf-8") as f:  # written last: marks completion
         json.dump(meta, f, indent=2, ensure_ascii=False)

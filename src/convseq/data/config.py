@@ -44,6 +44,11 @@ class DataConfig:
     train_split: str = "train"
     valid_split: str = "valid"
     test_split: str = "test"
+    # Extra evaluation sets (fairseq's --testpref a,b,c): data-bin split name -> input prefix, e.g.
+    # {test2017: test1} reads {dir}/test1.{src_lang,tgt_lang} into the split "test2017". Each is
+    # checked, segmented and binarised like the test split (its text kept for scoring), and the
+    # end of training translates and scores every one of them.
+    test_sets: dict[str, str] = field(default_factory=dict)
     generator: str | None = None  # "toy": write the embedded synthetic corpus into `dir` first
     generator_seed: int = 1  # seed of the generator (same seed -> same bytes)
     subword: SubwordConfig = field(default_factory=SubwordConfig)

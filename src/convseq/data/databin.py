@@ -10,7 +10,8 @@ Layout of a data-bin folder for languages `S` -> `T` (made by `convseq.data.prep
     {split}.S-T.lines.npy         0-based line of each kept sentence in the input file
     {valid,test}.S-T.{S,T}.txt    the stripped input text of the kept lines (BLEU references)
 
-`split` is the role (`train`, `valid`, `test`), whatever the input files were called.
+`split` is the role (`train`, `valid`, `test`), whatever the input files were called, or the name
+of an extra evaluation set (`data.test_sets`), which is stored as the test split is.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from convseq.errors import DataError
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 SPLITS = ("train", "valid", "test")
-TEXT_SPLITS = ("valid", "test")  # splits whose input text is kept for scoring
+TEXT_SPLITS = ("valid", "test")  # splits whose input text is kept for scoring (and data.test_sets)
 
 
 def split_prefix(split: str, src_lang: str, tgt_lang: str, lang: str | None = None) -> str:
@@ -124,6 +125,15 @@ class DataBin:
         return self.segmenter(side).detokenize(tokens)
 
     # -- splits ---------------------------------------------------------------------------------
+    @property
+    def test_sets(self) -> list[str]:
+        """The extra evaluation sets (`data.test_sets`), in the order the config named them."""
+        return list(self.meta.get("test_sets", []))
+
+    def scored_splits(self) -> list[str]:
+        """The splits whose reference text is kept: valid, test and the extra test sets."""
+        return [*TEXT_SPLITS, *self.test_sets]
+
     def split(self, name: str) -> tuple[TokenArray, TokenArray]:
         """The (source, target) token arrays of split `name` (train, valid or test)."""
         if name not in self._splits:
@@ -157,8 +167,11 @@ class DataBin:
     def text(self, name: str, side: str = "tgt") -> list[str]:
         """The stripped input text of split `name` (valid/test only), e.g. BLEU references."""
         self._split_meta(name)
-        if name not in TEXT_SPLITS:
-            raise DataError(f"input text is kept for {TEXT_SPLITS} only, not {name!r}")
+        if name not in self.scored_splits():
+            raise DataError(
+                f"input text is kept for {self.scored_splits()} only, not {name!r}",
+                path=str(self.path),
+            )
         path = self.path / (
             split_prefix(name, self.src_lang, self.tgt_lang, self.lang(side)) + ".txt"
         )

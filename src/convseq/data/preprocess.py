@@ -27,7 +27,14 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from convseq.data.binarize import build_databin, content_settings, format_summary, input_id
+from convseq.data.binarize import (
+    build_databin,
+    content_settings,
+    format_summary,
+    input_id,
+    split_inputs,
+    split_roles,
+)
 from convseq.data.config import DataConfig
 from convseq.data.databin import META_FILE, SPLITS, DataBin
 from convseq.data.encode import WORKER_ENV
@@ -71,6 +78,17 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
         )
     if cfg.generator not in (None, "toy"):
         raise DataError(f"data.generator must be null or 'toy', got {cfg.generator!r}")
+    for name, prefix in cfg.test_sets.items():
+        if name in SPLITS or not _NAME_RE.fullmatch(name):
+            raise DataError(
+                f"data.test_sets.{name}: a test set's name must differ from {SPLITS} and use "
+                "letters, digits and _ . + - only"
+            )
+        if not prefix or "/" in prefix or "\\" in prefix:
+            raise DataError(
+                f"data.test_sets.{name}={prefix!r}: give the input file prefix inside data.dir "
+                f"(the files are <data.dir>/<prefix>.{cfg.src_lang} and .{cfg.tgt_lang})"
+            )
     if cfg.workers < 1:
         raise DataError(f"data.workers must be >= 1, got {cfg.workers}")
     if cfg.subword.input_sentence_size < 0:
@@ -101,12 +119,14 @@ def _sha256_text(text: str) -> str:
 
 
 def input_paths(cfg: DataConfig) -> dict[tuple[str, str], Path]:
-    """`(split role, side)` -> input file `{dir}/{split name}.{lang}`."""
+    """`(split role, side)` -> input file `{dir}/{split name}.{lang}` (extra test sets too)."""
     corpus = Path(cfg.dir).expanduser().absolute()
-    names = {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
+    names = split_inputs(cfg)
     langs = {"src": cfg.src_lang, "tgt": cfg.tgt_lang}
     return {
-        (role, side): corpus / f"{names[role]}.{langs[side]}" for role in SPLITS for side in langs
+        (role, side): corpus / f"{names[role]}.{langs[side]}"
+        for role in split_roles(cfg)
+        for side in langs
     }
 
 

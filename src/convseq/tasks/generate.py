@@ -204,9 +204,10 @@ def attention_plot_count(gen: Mapping[str, Any]) -> int:
 def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
     """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text."""
     split = str(gen.get("split", "test"))
-    if split not in TEXT_SPLITS:
+    if split == "train":
         raise DataError(
-            f"gen.split={split!r}: BLEU needs the split's reference text, kept for {TEXT_SPLITS}"
+            f"gen.split={split!r}: BLEU needs the split's reference text, kept for "
+            f"{TEXT_SPLITS} and the extra test sets (data.test_sets)"
         )
     if gen.get("reference"):
         raise DataError(
@@ -214,6 +215,12 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
             "scored against the data-bin's reference text"
         )
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    if split not in databin.scored_splits():
+        raise DataError(
+            f"gen.split={split!r}: this data-bin's scored splits are {databin.scored_splits()} "
+            "(add more with data.test_sets)",
+            path=str(databin.path),
+        )
     translator = load_translator(cfg, databin)
     refs = list(databin.text(split, "tgt"))
     batches = split_batches(translator, databin, split, gen)

@@ -160,6 +160,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         ckpt_path = None if trainer.fast_dev_run else (best_path or None)
         trainer.test(module, datamodule=dm, ckpt_path=ckpt_path, verbose=False)
     test_hypotheses: Path | None = None
+    test_sets: dict[str, dict] = {}
     test_bleu = cbs.get("test_bleu")
     if evaluate and isinstance(test_bleu, TestBleu) and test_bleu.scores is not None:
         # translated inside trainer.test, on the training device(s), with best.ckpt's weights
@@ -172,6 +173,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
             test_hypotheses.write_text(text, encoding="utf-8")
             for line in scores.lines():
                 print(f"convseq: test {line}", flush=True)
+        test_sets = extra_test_sets(test_bleu, output_dir, trainer.is_global_zero)
 
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
@@ -196,6 +198,8 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "resumed_from": str(resume) if resume else None,
         "test": dict(module.test_figures),
         "test_hypotheses": str(test_hypotheses) if test_hypotheses else None,
+        # data.test_sets: name -> sentences, bleu, chrf, signatures, hypotheses file
+        "test_sets": test_sets,
         # where the end-of-training translation ran (the training device), e.g. "cuda:0"
         "test_device": test_bleu.device if isinstance(test_bleu, TestBleu) else None,
         "history": history,
@@ -214,6 +218,29 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
             print(trainer.profiler.table(), flush=True)
     _report(output_dir, summary)
     return float(best_value)
+
+
+def extra_test_sets(test_bleu: TestBleu, output_dir: Path, write: bool) -> dict[str, dict]:
+    """The extra test sets' figures for summary.json; with `write` (rank 0), each set's
+    hypotheses go to generate-<name>.txt and its scores are printed, one line a set."""
+    figures = {}
+    for name, (scores, hyps) in test_bleu.extra.items():
+        path = output_dir / f"generate-{name}.txt"
+        if write:
+            path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            print(
+                f"convseq: test set {name} ({len(hyps)} sentences): BLEU {scores.bleu:.2f}, "
+                f"chrF {scores.chrf:.2f}",
+                flush=True,
+            )
+        figures[name] = {
+            "sentences": len(hyps),
+            "bleu": scores.bleu,
+            "chrf": scores.chrf,
+            "bleu_signature": scores.bleu_signature,
+            "hypotheses": str(path),
+        }
+    return figures
 
 
 def run_train(cfg: dict[str, Any]) -> float:

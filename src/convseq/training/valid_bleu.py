@@ -1,5 +1,5 @@
-"""BLEU during training: the validation split every few epochs (valid/bleu) and the test split
-with the best checkpoint at the end (test/bleu).
+"""BLEU during training: the validation split every few epochs (valid/bleu), and the test split
+and the extra test sets (`data.test_sets`) with the best checkpoint at the end (test/bleu).
 
 `model_scores` translates a split with a ConvSeqModule's weights (no Trainer, so it runs inside
 training hooks too) and scores it with `convseq.evaluation.scores`. Under DDP every rank
@@ -90,12 +90,14 @@ class ValidBleu(pl.Callback):
 
 
 class TestBleu(pl.Callback):
-    """At the end of ``trainer.test``: BLEU/chrF of the tested weights translating the test split.
+    """At the end of ``trainer.test``: BLEU/chrF of the tested weights on the test split and on
+    every extra test set of the data-bin (``data.test_sets``).
 
     Runs in the test loop's last hook, before Lightning's teardown moves the module to the CPU,
     so the translation runs on the device that trained (shared by the ranks under DDP). The
-    results stay here for the caller: `scores`, `hypotheses` (in input order, every rank) and
-    `device` (where the translation ran, e.g. "cuda:0").
+    results stay here for the caller: `scores` and `hypotheses` of the test split (in input
+    order, every rank), `extra` (test set name -> (scores, hypotheses)), and `device` (where the
+    translation ran, e.g. "cuda:0").
 
     Args:
         gen: the `gen` config group (beam, lenpen, max_tokens, ...).
@@ -107,6 +109,7 @@ class TestBleu(pl.Callback):
         self.gen = dict(gen or {})
         self.scores: Scores | None = None
         self.hypotheses: list[str] = []
+        self.extra: dict[str, tuple[Scores, list[str]]] = {}
         self.device: str | None = None
 
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -115,3 +118,6 @@ class TestBleu(pl.Callback):
         self.device = str(pl_module.device)
         databin = trainer.datamodule.databin
         self.scores, self.hypotheses = model_scores(pl_module, databin, "test", self.gen)
+        self.extra = {
+            name: model_scores(pl_module, databin, name, self.gen) for name in databin.test_sets
+        }
