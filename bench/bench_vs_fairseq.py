@@ -219,11 +219,18 @@ def train_main(args: argparse.Namespace, argv: list[str]) -> None:
     for r in range(args.repeats):
         order = ("convseq", "fairseq") if r % 2 == 0 else ("fairseq", "convseq")
         for side in order:
-            res = in_child("convseq", args, argv) if side == "convseq" else run_fairseq_train(dest, args)
+            res = (
+                in_child("convseq", args, argv)
+                if side == "convseq"
+                else run_fairseq_train(dest, args)
+            )
             res["wps"] = res["tokens"] / res["seconds"]
             runs[side].append(res)
-            print(f"repeat {r + 1} {side:8s} {res['wps']:8.0f} target tokens/s  first-update loss "
-                  f"{res['first_loss']:.3f}", flush=True)
+            print(
+                f"repeat {r + 1} {side:8s} {res['wps']:8.0f} target tokens/s  first-update loss "
+                f"{res['first_loss']:.3f}",
+                flush=True,
+            )
     report("training: target tokens/s", runs, "wps", args)
 
 
@@ -243,9 +250,11 @@ def report(title: str, runs: dict[str, list[dict]], key: str, args: argparse.Nam
         "threads": args.threads,
     }
     print(f"\n{title} (medians of {len(c)} alternating runs, {args.threads} threads)")
-    print(f"  convseq {out['convseq_median']:.1f}  fairseq {out['fairseq_median']:.1f}  "
-          f"ratio {out['ratio_of_medians']:.2f}x (paired {out['paired_ratio_median']:.2f}x, "
-          f"{min(paired):.2f}-{max(paired):.2f})")
+    print(
+        f"  convseq {out['convseq_median']:.1f}  fairseq {out['fairseq_median']:.1f}  "
+        f"ratio {out['ratio_of_medians']:.2f}x (paired {out['paired_ratio_median']:.2f}x, "
+        f"{min(paired):.2f}-{max(paired):.2f})"
+    )
     return out
 
 

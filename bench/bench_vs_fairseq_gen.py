@@ -134,7 +134,9 @@ def generate_main(args: argparse.Namespace, argv: list[str]) -> None:
                 results[key] = {"convseq_median": c, "fairseq_error": failed}
                 print(f"\n{key}: convseq {c:.1f} sentences/s; fairseq: {failed}")
                 continue
-            out = report(f"generation beam {beam} batch {batch}: sentences/s", runs, "sents_per_s", args)
+            out = report(
+                f"generation beam {beam} batch {batch}: sentences/s", runs, "sents_per_s", args
+            )
             same = sum(
                 a == b for a, b in zip(runs["convseq"][0]["hyps"], runs["fairseq"][0]["hyps"])
             )

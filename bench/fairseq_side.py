@@ -26,8 +26,11 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-len-b", type=int, default=200)
-    parser.add_argument("--prepare-for-inference", action="store_true",
-                        help="call model.prepare_for_inference_ as fairseq-generate does")
+    parser.add_argument(
+        "--prepare-for-inference",
+        action="store_true",
+        help="call model.prepare_for_inference_ as fairseq-generate does",
+    )
     args = parser.parse_args()
 
     import torch
@@ -60,15 +63,26 @@ def main() -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     with torch.no_grad():
         for src, lengths in batches:
-            sample = {"id": torch.arange(src.size(0)),
-                      "net_input": {"src_tokens": src, "src_lengths": lengths}}
+            sample = {
+                "id": torch.arange(src.size(0)),
+                "net_input": {"src_tokens": src, "src_lengths": lengths},
+            }
             for finalized in generator.generate(models, sample):
                 best = finalized[0]["tokens"].tolist()
                 hyps.append(best)
                 out_tokens += len(best)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "sentences": len(hyps),
-                      "tokens": out_tokens, "hyps": hyps}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "sentences": len(hyps),
+                "tokens": out_tokens,
+                "hyps": hyps,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,18 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
     ):
         translator.src_segmenter = databin.segmenter("src")
         translator.tgt_segmenter = databin.segmenter("tgt")
+    precision = str(gen.get("precision") or "fp32")
+    if precision != "fp32":
+        translator.with_precision(precision, generation_device(cfg))
     return translator
+
+
+def generation_device(cfg: Mapping[str, Any]) -> str:
+    """Where task=generate / interactive will run: "cuda" or "cpu" (from ``trainer.accelerator``)."""
+    accelerator = str((cfg.get("trainer") or {}).get("accelerator") or "cpu")
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return "cuda"
+    return "cpu"
 
 
 # ---------------------------------------------------------------------------- batches

@@ -51,6 +51,7 @@ from convseq.inference.options import (
     is_oom,
     out_of_memory,
 )
+from convseq.inference.precision import for_generation
 from convseq.inference.records import in_input_order
 from convseq.search import SearchTimer, as_search_model, beam_search
 
@@ -123,6 +124,17 @@ class Translator:
         return cls(
             [m.model for m in loaded], first.src_dict, first.tgt_dict, src_seg, tgt_seg, options
         )
+
+    def with_precision(
+        self, precision: str, device: torch.device | str | None = None
+    ) -> Translator:
+        """Translate in ``precision`` from now on: fp32 (as trained), bf16 or int8 copies of the
+        models (`convseq.inference.precision`); refused where ``device`` cannot run it."""
+        self.models = [for_generation(m, precision, device) for m in self.models]
+        self.search_model = (
+            as_search_model(self.models[0]) if len(self.models) == 1 else EnsembleModel(self.models)
+        )
+        return self
 
     # -- properties -----------------------------------------------------------------------------
     @property

@@ -51,11 +51,16 @@ class LinearizedConvolution(ConvTBC):
                 frames = buffer.reshape(rows, k * x.size(2))  # (B, k * C_in), index j*C_in + c
             else:
                 frames = x[:, -1]  # (B, C_in)
-            # weight (k, C_in, C_out) viewed as (k * C_in, C_out) matches the frame layout:
-            # no transposed copy of the weight per step
-            weight = self.weight.reshape(k * self.in_channels, self.out_channels)
-            out = torch.addmm(self.bias, frames, weight)  # (B, C_out)
+            out = self._step_product(frames)  # (B, C_out)
         return out.unsqueeze(1)  # (B, 1, C_out)
+
+    def _step_product(self, frames: torch.Tensor) -> torch.Tensor:
+        """(B, k * C_in) frames -> (B, C_out): the step's one matrix product (plus bias)."""
+        k = self.kernel_size[0]
+        # weight (k, C_in, C_out) viewed as (k * C_in, C_out) matches the frame layout:
+        # no transposed copy of the weight per step
+        weight = self.weight.reshape(k * self.in_channels, self.out_channels)
+        return torch.addmm(self.bias, frames, weight)  # (B, C_out)
 
     def reorder_incremental_state(
         self, incremental_state: IncrementalState, new_order: torch.Tensor

@@ -119,10 +119,12 @@ class CheckpointConfig:
 
 @dataclass
 class ReportConfig:
-    """The sweep summary (`task=report`, and after every multirun)."""
+    """The sweep summary (`task=report`, and after every multirun), or a study's report."""
 
     test: bool = False  # also list test figures (settings are chosen on validation)
     x: str = "epoch"  # epoch | updates: what sweep_curves.png is drawn against
+    study: bool = False  # sweep_dir is a study folder: write study_report.{md,json} + PNGs
+    refs: str | None = None  # study: test reference file (default: the baseline run's data-bin)
 
 
 @dataclass
@@ -154,6 +156,7 @@ class GenConfig:
     nbest: int = 1  # hypotheses per sentence in the n-best file (and interactive output)
     normalize_scores: bool = True  # false: fairseq's --unnormalized (plain log-prob sums)
     need_attn: bool = True  # attention alignments in the n-best file (false: a little faster)
+    precision: str = "fp32"  # fp32 | bf16 | int8: task=generate/interactive (docs/generation.md)
     max_tokens: int | None = 4000  # source tokens per batch, padding included
     batch_size: int | None = None  # sentences per batch (with or instead of max_tokens)
     split: str = "test"  # valid | test: the split task=generate translates and scores
