@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,10 +38,9 @@ def prepare(args: argparse.Namespace) -> Path:
     import torch
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from search_inputs import file_sources, make_batches
-
     from convseq.checkpoints.fairseq import save_fairseq
     from convseq.inference.translator import Translator
+    from search_inputs import file_sources, make_batches
 
     translator = Translator.from_checkpoints(args.ckpt)
     model = translator.models[0]
