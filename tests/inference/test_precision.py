@@ -123,7 +123,7 @@ def test_unsupported_precisions_are_refused(monkeypatch):
         check_precision("fp16")
     with pytest.raises(PrecisionError, match="int8 runs on the CPU only"):
         check_precision("int8", "cuda")
-    monkeypatch.setattr(precision_mod, "_cpu_has", lambda feature: False)
+    monkeypatch.setattr(precision_mod, "cpu_has", lambda feature: False)
     with pytest.raises(PrecisionError, match="needs a CPU with AVX-512 BF16"):
         for_generation(small_model(), "bf16")
     with pytest.raises(PrecisionError, match="needs a CPU with AVX-512 VNNI"):

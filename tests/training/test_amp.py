@@ -111,3 +111,14 @@ def test_a_16_mixed_trainer_gets_the_configured_scaler(tiny_data, tmp_path):
     assert isinstance(scaler, LossScaler)
     assert (scaler.get_scale(), scaler.get_growth_interval(), scaler.min_scale) == (256.0, 50, 1e-4)
     assert scaler.get_growth_factor() == 2.0 and scaler.get_backoff_factor() == 0.5
+
+
+def test_bf16_on_a_cpu_needs_avx512_bf16(monkeypatch):
+    trainer = {"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed"}
+    monkeypatch.setattr(amp, "cpu_has", lambda feature: False)
+    with pytest.raises(PrecisionError, match="needs AVX-512 BF16") as e:
+        check_bf16(trainer)
+    assert "trainer.precision=32-true" in str(e.value)
+    check_bf16({**trainer, "precision": "32-true"})  # fp32 always runs
+    monkeypatch.setattr(amp, "cpu_has", lambda feature: feature == "bf16")
+    check_bf16(trainer)  # a CPU with the instructions

@@ -35,7 +35,8 @@ PRECISIONS = ("fp32", "bf16", "int8")
 
 
 class PrecisionError(ConvseqError, ValueError):
-    """A precision this machine or device cannot run, or an unknown one."""
+    """A precision this machine or device cannot run, an unknown one, or loss-scale settings
+    that cannot work (training's fp16)."""
 
 
 def check_precision(precision: str, device: torch.device | str = "cpu") -> None:
@@ -50,7 +51,7 @@ def check_precision(precision: str, device: torch.device | str = "cpu") -> None:
                     f"gen.precision=bf16: {torch.cuda.get_device_name(device)} has no bf16 "
                     "arithmetic; use gen.precision=fp32"
                 )
-        elif not _cpu_has("bf16"):
+        elif not cpu_has("bf16"):
             raise PrecisionError(
                 "gen.precision=bf16 needs a CPU with AVX-512 BF16 instructions (this one has "
                 "none: bf16 would be emulated and slower than fp32); use gen.precision=fp32"
@@ -61,14 +62,14 @@ def check_precision(precision: str, device: torch.device | str = "cpu") -> None:
                 f"gen.precision=int8 runs on the CPU only (dynamic quantisation), not on "
                 f"{device}; use gen.precision=bf16 on a GPU"
             )
-        if not _cpu_has("vnni"):
+        if not cpu_has("vnni"):
             raise PrecisionError(
                 "gen.precision=int8 needs a CPU with AVX-512 VNNI instructions (this one has "
                 "none: int8 products would not be faster); use gen.precision=fp32"
             )
 
 
-def _cpu_has(feature: str) -> bool:
+def cpu_has(feature: str) -> bool:
     """Whether this CPU has AVX-512 BF16 (``bf16``) or AVX-512 VNNI (``vnni``)."""
     if feature == "bf16":
         return bool(torch.cpu._is_avx512_bf16_supported())

@@ -9,7 +9,8 @@ count (`max_update`, the summary) and of the epoch's figures, as fairseq does. W
 falls below ``amp.min_scale`` (``--min-loss-scale``) training stops with an error.
 
 ``trainer.precision=bf16-mixed`` needs a device with bfloat16 arithmetic; on a CUDA device of
-compute capability below 8.0 (e.g. a P40, 6.1; a V100, 7.0) it is refused with a message.
+compute capability below 8.0 (e.g. a P40, 6.1; a V100, 7.0), and on a CPU without AVX-512 BF16,
+it is refused with a message.
 """
 
 from __future__ import annotations
@@ -20,14 +21,11 @@ from typing import Any
 import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 
-from convseq.errors import ConvseqError, NonFiniteError
+from convseq.errors import NonFiniteError
+from convseq.inference.precision import PrecisionError, cpu_has
 
 FP16 = ("16-mixed", "16")
 BF16 = ("bf16-mixed", "bf16")
-
-
-class PrecisionError(ConvseqError, ValueError):
-    """A precision the device cannot run, or loss-scale settings that cannot work."""
 
 
 class LossScaler(torch.amp.GradScaler):
@@ -78,11 +76,18 @@ def scale_window(amp: Mapping[str, Any], trainer: Mapping[str, Any]) -> int:
 
 
 def check_bf16(trainer: Mapping[str, Any]) -> None:
-    """Refuse bf16 on CUDA devices without bfloat16 arithmetic (compute capability < 8.0)."""
-    if (
-        str(trainer.get("precision")) not in BF16
-        or device_type(trainer.get("accelerator")) != "cuda"
-    ):
+    """Refuse bf16 where it has no arithmetic: CUDA devices of compute capability < 8.0, and
+    CPUs without AVX-512 BF16 (there bf16 is emulated, slower than fp32)."""
+    if str(trainer.get("precision")) not in BF16:
+        return
+    if device_type(trainer.get("accelerator")) == "cpu":
+        if not cpu_has("bf16"):
+            raise PrecisionError(
+                f"trainer.precision={trainer.get('precision')} on the CPU needs AVX-512 BF16 "
+                "instructions, which this CPU lacks (bf16 would be emulated, slower than fp32); "
+                "use trainer.precision=32-true here, or bf16-mixed on a CPU that has them "
+                "(e.g. AMD Zen 4, Intel Cooper Lake / Sapphire Rapids) or an Ampere+ GPU"
+            )
         return
     if not torch.cuda.is_available():
         return  # Lightning reports the missing GPU itself
