@@ -141,7 +141,8 @@ def generate_main(args: argparse.Namespace, argv: list[str]) -> None:
             out["identical_best"] = f"{same}/{len(runs['convseq'][0]['hyps'])}"
             print(f"  identical best hypotheses: {out['identical_best']}")
             results[key] = out
-    out_file = WORK / f"generate-{args.precision}.json"
+    tag = "-".join(f"b{b}" for b in args.beams) + "_" + "-".join(f"n{n}" for n in args.batches)
+    out_file = WORK / f"generate-{args.precision}-{tag}.json"
     out_file.write_text(json.dumps(results, indent=2))
     print(f"\nwritten {out_file}")
 
