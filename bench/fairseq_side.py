@@ -26,10 +26,14 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-len-b", type=int, default=200)
+    # fairseq-generate calls model.prepare_for_inference_ (weight norm removed, BeamableMM):
+    # fairseq's fast path, used here at beam > 1. At beam 1 it fails in fairseq 0.12
+    # (BeamableMM: "shape '[B, 1, -1]' is invalid"), so beam 1 runs without it by default.
     parser.add_argument(
-        "--prepare-for-inference",
-        action="store_true",
-        help="call model.prepare_for_inference_ as fairseq-generate does",
+        "--prepare",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="call model.prepare_for_inference_ (auto: when beam > 1)",
     )
     args = parser.parse_args()
 
@@ -44,7 +48,7 @@ def main() -> None:
     )
     for model in models:
         model.eval()
-        if args.prepare_for_inference:
+        if args.prepare == "yes" or (args.prepare == "auto" and args.beam > 1):
             model.prepare_for_inference_(cfg)
     generator = SequenceGenerator(
         models,
@@ -57,7 +61,7 @@ def main() -> None:
         len_penalty=1.0,
         unk_penalty=0.0,
     )
-    batches = torch.load(args.batches)
+    batches = torch.load(args.batches, weights_only=True)
     hyps: list[list[int]] = []
     out_tokens = 0
     t0, c0 = time.perf_counter(), time.process_time()
