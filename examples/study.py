@@ -10,6 +10,7 @@ lr, so they run after it (in the same queue).
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 1/2 &
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 2/2 &
     python examples/study.py --list                      # each arm's state
+    python examples/study.py --time-epochs 3             # seconds per epoch, quiet machine
     python run.py task=report sweep_dir=outputs/study report.study=true
 
 On CPU with a fixed seed and a fixed thread count an arm's epochs, losses and BLEU do not depend
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -105,14 +108,68 @@ def command(arm: Arm, root: Path) -> list[str]:
     return args
 
 
+def timing_group(arm: Arm) -> tuple[str, ...]:
+    """What an epoch's time depends on: the batching and the optimiser (not the annealing rule,
+    the lr value or the seed, which change no amount of work)."""
+    return tuple(
+        o for o in arm.overrides if o.startswith(("batching=", "optim=", "optim.momentum"))
+    )
+
+
+def measure_timing(root: Path, epochs: int, dry_run: bool) -> None:
+    """Time `epochs` epochs of one arm per timing group (2 threads, a quiet machine, in
+    <root>/../study_timing/), and write <root>/timing.json for every arm: the median training
+    seconds of an epoch, and the rest of an epoch's wall time (validation, its BLEU, the
+    checkpoints) as validation seconds."""
+    groups: dict[tuple[str, ...], list[Arm]] = {}
+    for arm in ARMS.values():
+        groups.setdefault(timing_group(arm), []).append(arm)
+    timing: dict[str, object] = {
+        "_note": f"medians of {epochs} timed epochs per batching x optimiser, measured apart on a "
+        "quiet machine (examples/study.py --time-epochs); the annealing rule, lr and seed change "
+        "no work per epoch"
+    }
+    for group, arms in groups.items():
+        run_dir = root.parent / "study_timing" / "_".join(o.replace("=", "-") for o in group)
+        cmd = [
+            sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *arms[0].overrides,
+            f"trainer.max_epochs={epochs}", "final_test=false", f"hydra.run.dir={run_dir}",
+        ]  # fmt: skip
+        print(" ".join(cmd), flush=True)
+        if dry_run:
+            continue
+        if not (run_dir / "summary.json").is_file():
+            subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "2"})
+        summary = json.loads((run_dir / "summary.json").read_text())
+        train = [row["train_epoch/time"] for row in summary["history"]]
+        valid = max(summary["train_seconds"] - sum(train), 0.0) / max(len(train), 1)
+        for arm in arms:
+            timing[arm.name] = {
+                "train_seconds_per_epoch": statistics.median(train),
+                "valid_seconds_per_epoch": valid,
+            }
+    if not dry_run:
+        (root / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
+        print(f"written {root / 'timing.json'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "study")
     parser.add_argument("--queue", default="1/1", help="K/N: run queue K of N (N = 1 or 2)")
     parser.add_argument("--list", action="store_true", help="print every arm's state and stop")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument(
+        "--time-epochs",
+        type=int,
+        default=0,
+        help="N > 0: measure seconds per epoch (N epochs per batching x optimiser) into timing.json",
+    )
     args = parser.parse_args()
     root = args.root.resolve()
+    if args.time_epochs > 0:
+        measure_timing(root, args.time_epochs, args.dry_run)
+        return
     if args.list:
         for arm in ARMS.values():
             print(f"{arm.name:24s} {state(root / arm.name):12s} {' '.join(arm.overrides)}")
