@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.nn.utils import parametrize
@@ -18,6 +20,7 @@ from convseq.inference.precision import (
 from convseq.models.fconv import FConvModel
 from convseq.modules.linearized_conv import LinearizedConvolution
 from convseq.search import beam_search
+from convseq.tasks.generate import run_generate
 from tests.generation_utils import generate_config, tiny_checkpoint
 
 HAS_BF16 = bool(torch.cpu._is_avx512_bf16_supported())
@@ -139,6 +142,12 @@ def test_gen_precision_reaches_task_generate(tiny_data, tmp_path_factory, tmp_pa
     model = translator.models[0]
     assert isinstance(model.decoder.fc3, Int8Linear)
     assert translator.search_model.model is model  # the search runs the int8 copy
+    run_generate(cfg)  # the whole task: the test split in int8, its figures say so
+    result = json.loads((tmp_path / "generate-test.json").read_text())
+    assert result["precision"] == "int8"
+    refs = (tiny_data["corpus"] / "test.tgt").read_text(encoding="utf-8").splitlines()
+    hyps = (tmp_path / "generate-test.txt").read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == len(refs) == result["sentences"]
     cfg = generate_config(
         tiny_data, tmp_path, f"ckpt={ckpt}", "gen.precision=int8", "trainer.accelerator=gpu"
     )

@@ -134,6 +134,7 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "options": job.translator.options.search_kwargs(),
         "max_tokens": gen.get("max_tokens"),
         "batch_size": gen.get("batch_size"),
+        "precision": str(gen.get("precision") or "fp32"),
         "devices": trainer.world_size,
         "sentences_per_rank": per_rank,
     }
