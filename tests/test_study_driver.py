@@ -1,0 +1,65 @@
+"""examples/study.py, the study's driver, without training: which arms are done, interrupted or
+new, the force arm's start epoch read from its lua arm, and the commands it would run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import study  # noqa: E402
+
+
+def fake_run(path: Path, lrs: list[float] | None = None, interrupted: bool = False) -> None:
+    """A run folder: last.ckpt, and a summary.json with one history row per lr when given."""
+    (path / "checkpoints").mkdir(parents=True)
+    (path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    if lrs is not None:
+        history = [{"epoch": i + 1, "train_epoch/lr": lr} for i, lr in enumerate(lrs)]
+        summary = {"history": history, "interrupted": interrupted}
+        (path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_states_and_resume(tmp_path):
+    fake_run(tmp_path / "tok_lua_s1", [0.25] * 3)
+    fake_run(tmp_path / "sen_lua_s1", [0.25] * 2, interrupted=True)
+    fake_run(tmp_path / "tok_plateau_s1")  # killed: a checkpoint, no summary
+    assert study.state(tmp_path / "tok_lua_s1") == "done"
+    assert study.state(tmp_path / "sen_lua_s1") == "interrupted"
+    assert study.state(tmp_path / "tok_plateau_s1") == "interrupted"
+    assert study.state(tmp_path / "sen_plateau_s1") == "new"
+    cmd = study.command(study.ARMS["tok_plateau_s1"], tmp_path)
+    assert cmd[-1] == "resume=true" and "anneal=plateau" in cmd
+    fresh = study.command(study.ARMS["sen_plateau_s1"], tmp_path)
+    assert "resume=true" not in fresh
+    assert f"hydra.run.dir={tmp_path / 'sen_plateau_s1'}" in fresh
+
+
+def test_force_starts_where_its_lua_arm_first_annealed(tmp_path):
+    # epochs 1-7 at 0.25, then the Lua rule shrinks from epoch 8 on
+    fake_run(tmp_path / "tok_lua_s1", [0.25] * 7 + [0.025, 0.0025, 0.00025, 2.5e-05])
+    assert study.first_annealed_epoch(tmp_path / "tok_lua_s1") == 8
+    cmd = study.command(study.ARMS["tok_force_s1"], tmp_path)
+    assert "anneal=force" in cmd and "anneal.force_anneal=8" in cmd
+    fake_run(tmp_path / "sen_lua_s1", [0.25] * 4)
+    with pytest.raises(SystemExit, match="never fell below 0.25"):
+        study.first_annealed_epoch(tmp_path / "sen_lua_s1")
+
+
+def test_arms_cover_the_design():
+    arms = study.ARMS
+    assert len(arms) == 14 and len(set(arms)) == 14
+    # every NAG batching x annealing cell, seed 1
+    for batching in ("tok", "sen"):
+        for rule in ("plateau", "lua", "force"):
+            assert f"{batching}_{rule}_s1" in arms
+    # the end points get seeds 2 and 3 and the momentum-free arms
+    for name in ("tok_plateau_s2", "tok_plateau_s3", "sen_lua_s2", "sen_lua_s3"):
+        assert name in arms
+    sgd = study.ARMS["tok_plateau_sgd25_s1"].overrides
+    assert "optim.momentum=0" in sgd and "optim.lr=25" in sgd and "anneal.min_lr=0.001" in sgd
+    # an epoch's work depends on batching and optimiser only: 4 timing groups
+    assert len({study.timing_group(a) for a in arms.values()}) == 4
