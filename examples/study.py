@@ -87,14 +87,17 @@ def state(run_dir: Path) -> str:
 
 def first_annealed_epoch(run_dir: Path) -> int:
     """The first epoch trained with an lr below the first epoch's (from summary.json's history)."""
+    from convseq.evaluation.study_runs import anneal_start  # the study report's own rule
+
     history = json.loads((run_dir / "summary.json").read_text())["history"]
-    lrs = [(row["epoch"], row["train_epoch/lr"]) for row in history if "train_epoch/lr" in row]
-    for epoch, lr in lrs:
-        if lr < lrs[0][1]:
-            return int(epoch)
-    raise SystemExit(
-        f"{run_dir}/summary.json: the lr never fell below {lrs[0][1]}: no anneal epoch"
-    )
+    rows = [row for row in history if "train_epoch/lr" in row]
+    epoch = anneal_start([int(r["epoch"]) for r in rows], [r["train_epoch/lr"] for r in rows])
+    if epoch is None:
+        raise SystemExit(
+            f"{run_dir}/summary.json: the lr never fell below {rows[0]['train_epoch/lr']}: "
+            "no anneal epoch"
+        )
+    return epoch
 
 
 def command(arm: Arm, root: Path) -> list[str]:

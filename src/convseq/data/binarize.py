@@ -235,8 +235,6 @@ def build_databin(
         },
         "splits": splits_meta,
     }
-    if cfg.test_sets:
-        meta["test_sets"] = list(cfg.test_sets)
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
     with open(out / META_FILE, "w", encoding="utf-8") as f:  # written last: marks completion
         json.dump(meta, f, indent=2, ensure_ascii=False)

@@ -128,7 +128,7 @@ class DataBin:
     @property
     def test_sets(self) -> list[str]:
         """The extra evaluation sets (`data.test_sets`), in the order the config named them."""
-        return list(self.meta.get("test_sets", []))
+        return list(self.meta.get("settings", {}).get("test_sets", []))
 
     def scored_splits(self) -> list[str]:
         """The splits whose reference text is kept: valid, test and the extra test sets."""

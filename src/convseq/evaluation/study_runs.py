@@ -32,6 +32,7 @@ __all__ = [
     "TIMING_FILE",
     "Arm",
     "StudyRun",
+    "anneal_start",
     "identify_arm",
     "load_study",
     "read_timing",
@@ -214,7 +215,8 @@ def read_timing(study_dir: str | os.PathLike) -> dict[str, dict[str, float]]:
 RULE_STOP = "fell below anneal.min_lr"  # in the stop reason of a run its annealing rule ended
 
 
-def _anneal_start(epochs: list[int], lrs: list[float | None]) -> int | None:
+def anneal_start(epochs: list[int], lrs: list[float | None]) -> int | None:
+    """The first epoch trained with an lr below the first epoch's (None: it never fell)."""
     known = [(e, lr) for e, lr in zip(epochs, lrs) if lr is not None]
     if not known:
         return None
@@ -272,7 +274,7 @@ def study_run(job: SweepJob, timing: Mapping[str, Mapping[str, float]] | None = 
         minutes=minutes,
         lr=lr,
         valid_bleu=[finite_or_none(h, "valid/bleu") for h in history],
-        anneal_start=_anneal_start(epoch, lr),
+        anneal_start=anneal_start(epoch, lr),
         best_bleu=best,
         best_bleu_epoch=best_epoch,
         test_bleu=as_float(((summary or {}).get("test") or {}).get("test/bleu")),

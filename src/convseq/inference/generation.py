@@ -33,6 +33,7 @@ from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.errors import CheckpointError, DataError
 from convseq.inference.options import GenOptions
+from convseq.inference.precision import device_type
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import best_texts, in_input_order
 from convseq.inference.sharding import BatchList, gather_objects, rank_and_world, shard
@@ -77,16 +78,11 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
         translator.tgt_segmenter = databin.segmenter("tgt")
     precision = str(gen.get("precision") or "fp32")
     if precision != "fp32":
-        translator.with_precision(precision, generation_device(cfg))
+        # checked against where task=generate / interactive will run
+        translator.with_precision(
+            precision, device_type((cfg.get("trainer") or {}).get("accelerator"))
+        )
     return translator
-
-
-def generation_device(cfg: Mapping[str, Any]) -> str:
-    """Where task=generate / interactive will run: "cuda" or "cpu" (from ``trainer.accelerator``)."""
-    accelerator = str((cfg.get("trainer") or {}).get("accelerator") or "cpu")
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return "cuda"
-    return "cpu"
 
 
 # ---------------------------------------------------------------------------- batches

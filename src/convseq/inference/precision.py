@@ -69,6 +69,16 @@ def check_precision(precision: str, device: torch.device | str = "cpu") -> None:
             )
 
 
+def device_type(accelerator: str | None) -> str:
+    """ "cuda" or "cpu": where ``trainer.accelerator`` runs (``auto``: CUDA when present)."""
+    accelerator = str(accelerator or "auto").lower()
+    if accelerator in ("gpu", "cuda"):
+        return "cuda"
+    if accelerator == "auto" and torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
 def cpu_has(feature: str) -> bool:
     """Whether this CPU has AVX-512 BF16 (``bf16``) or AVX-512 VNNI (``vnni``)."""
     if feature == "bf16":

@@ -64,6 +64,12 @@ def write_nbest(path: Path, records: Sequence[Mapping[str, Any]], refs: Sequence
                     f.write(f"A-{i}\t{' '.join(map(str, h['alignment']))}\n")
 
 
+def write_hypotheses(path: Path, hypotheses: Sequence[str]) -> Path:
+    """generate-<split>.txt: one detokenised hypothesis per line, in input order."""
+    path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+    return path
+
+
 def speed_line(sentences: int, tokens: int, seconds: float) -> str:
     """fairseq's speed report: ``Translated N sentences (M tokens) in Xs (Y sentences/s, Z tokens/s)``."""
     s = max(seconds, 1e-9)

@@ -88,9 +88,7 @@ class Translator:
         self.src_segmenter = src_segmenter or Segmenter(None)
         self.tgt_segmenter = tgt_segmenter or Segmenter(None)
         self.options = options or GenOptions()
-        self.search_model = (
-            as_search_model(self.models[0]) if len(self.models) == 1 else EnsembleModel(models)
-        )
+        self.search_model = self._search_model()
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -131,10 +129,14 @@ class Translator:
         """Translate in ``precision`` from now on: fp32 (as trained), bf16 or int8 copies of the
         models (`convseq.inference.precision`); refused where ``device`` cannot run it."""
         self.models = [for_generation(m, precision, device) for m in self.models]
-        self.search_model = (
-            as_search_model(self.models[0]) if len(self.models) == 1 else EnsembleModel(self.models)
-        )
+        self.search_model = self._search_model()
         return self
+
+    def _search_model(self):
+        """The search's view of the models: the model itself, or their ensemble."""
+        if len(self.models) == 1:
+            return as_search_model(self.models[0])
+        return EnsembleModel(self.models)
 
     # -- properties -----------------------------------------------------------------------------
     @property

@@ -68,7 +68,13 @@ from convseq.inference.generation import (
 )
 from convseq.inference.options import GenerationError
 from convseq.inference.profiler import GenerationProfiler
-from convseq.inference.records import best_texts, generated_tokens, speed_line, write_nbest
+from convseq.inference.records import (
+    best_texts,
+    generated_tokens,
+    speed_line,
+    write_hypotheses,
+    write_nbest,
+)
 from convseq.inference.translator import Translator
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
@@ -177,8 +183,7 @@ def write_outputs(
 ) -> tuple[Path, list[Path]]:
     """generate-<name>.txt and .nbest.txt, and the attention heatmaps; (hypotheses, PNGs)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    hyp_path = out_dir / f"generate-{job.name}.txt"
-    hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    hyp_path = write_hypotheses(out_dir / f"generate-{job.name}.txt", hyps)
     write_nbest_file(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
     pngs = []
     if plot_attention:

@@ -46,6 +46,7 @@ from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
 from convseq.inference.loading import databin_text_processing
+from convseq.inference.records import write_hypotheses
 from convseq.training.build import (
     build_callbacks,
     build_datamodule,
@@ -169,8 +170,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         module.test_figures["test/bleu_signature"] = scores.bleu_signature
         test_hypotheses = output_dir / "generate-test.txt"
         if trainer.is_global_zero:
-            text = "".join(h + "\n" for h in test_bleu.hypotheses)
-            test_hypotheses.write_text(text, encoding="utf-8")
+            write_hypotheses(test_hypotheses, test_bleu.hypotheses)
             for line in scores.lines():
                 print(f"convseq: test {line}", flush=True)
         test_sets = extra_test_sets(test_bleu, output_dir, trainer.is_global_zero)
@@ -227,7 +227,7 @@ def extra_test_sets(test_bleu: TestBleu, output_dir: Path, write: bool) -> dict[
     for name, (scores, hyps) in test_bleu.extra.items():
         path = output_dir / f"generate-{name}.txt"
         if write:
-            path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            write_hypotheses(path, hyps)
             print(
                 f"convseq: test set {name} ({len(hyps)} sentences): BLEU {scores.bleu:.2f}, "
                 f"chrF {scores.chrf:.2f}",

@@ -22,7 +22,7 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 
 from convseq.errors import NonFiniteError
-from convseq.inference.precision import PrecisionError, cpu_has
+from convseq.inference.precision import PrecisionError, cpu_has, device_type
 
 FP16 = ("16-mixed", "16")
 BF16 = ("bf16-mixed", "bf16")
@@ -40,16 +40,6 @@ class LossScaler(torch.amp.GradScaler):
             growth_interval=int(scale_window),
         )
         self.min_scale = float(min_scale)
-
-
-def device_type(accelerator: str | None) -> str:
-    """ "cuda" or "cpu": where ``trainer.accelerator`` runs (``auto``: CUDA when present)."""
-    accelerator = str(accelerator or "auto").lower()
-    if accelerator in ("gpu", "cuda"):
-        return "cuda"
-    if accelerator == "auto" and torch.cuda.is_available():
-        return "cuda"
-    return "cpu"
 
 
 def process_count(trainer: Mapping[str, Any]) -> int:
