@@ -61,5 +61,9 @@ def test_arms_cover_the_design():
         assert name in arms
     sgd = study.ARMS["tok_plateau_sgd25_s1"].overrides
     assert "optim.momentum=0" in sgd and "optim.lr=25" in sgd and "anneal.min_lr=0.001" in sgd
+    # plain SGD at NAG's lr stops at its own, smaller safety net; lr 25 keeps the study's
+    small = study.ARMS["sen_lua_sgd_s1"].overrides
+    assert "optim.momentum=0" in small and f"trainer.max_epochs={study.SGD_CAP_EPOCHS}" in small
+    assert not any(o.startswith("trainer.max_epochs") for o in sgd)
     # an epoch's work depends on batching and optimiser only: 4 timing groups
     assert len({study.timing_group(a) for a in arms.values()}) == 4
