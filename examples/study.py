@@ -139,8 +139,10 @@ def measure_timing(root: Path, epochs: int, dry_run: bool) -> None:
     }
     for group, arms in groups.items():
         run_dir = root.parent / "study_timing" / "_".join(o.replace("=", "-") for o in group)
+        # the arm's own epoch limit gives way to the timed epochs (Hydra refuses a key twice)
+        overrides = [o for o in arms[0].overrides if not o.startswith("trainer.max_epochs=")]
         cmd = [
-            sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *arms[0].overrides,
+            sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *overrides,
             f"trainer.max_epochs={epochs}", "final_test=false", f"hydra.run.dir={run_dir}",
         ]  # fmt: skip
         print(" ".join(cmd), flush=True)

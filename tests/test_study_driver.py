@@ -67,3 +67,13 @@ def test_arms_cover_the_design():
     assert not any(o.startswith("trainer.max_epochs") for o in sgd)
     # an epoch's work depends on batching and optimiser only: 4 timing groups
     assert len({study.timing_group(a) for a in arms.values()}) == 4
+
+
+def test_timing_commands_one_per_group_with_the_timed_epochs_only(tmp_path, capsys):
+    study.measure_timing(tmp_path / "study", epochs=3, dry_run=True)
+    cmds = [line.split() for line in capsys.readouterr().out.splitlines() if "run.py" in line]
+    assert len(cmds) == 4
+    for cmd in cmds:
+        # an arm's own limit (plain SGD's 60) would be a second value for the key: Hydra refuses
+        assert [a for a in cmd if a.startswith("trainer.max_epochs=")] == ["trainer.max_epochs=3"]
+    assert not (tmp_path / "study" / "timing.json").exists()
