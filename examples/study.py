@@ -124,11 +124,28 @@ def timing_group(arm: Arm) -> tuple[str, ...]:
     )
 
 
+def epoch_seconds(history: list[dict]) -> tuple[list[float], list[float]]:
+    """Per epoch of a summary's history: seconds in updates, and the rest of its wall time.
+
+    ``train_epoch/time`` is an epoch's wall time with its validation; the updates' own time is
+    the epoch's update count over ``train_epoch/ups`` (updates per second of update time).
+    """
+    train, valid = [], []
+    done = 0  # updates before this epoch
+    for row in history:
+        updates = int(row["updates"]) - done
+        done = int(row["updates"])
+        seconds = updates / float(row["train_epoch/ups"])
+        train.append(seconds)
+        valid.append(max(float(row["train_epoch/time"]) - seconds, 0.0))
+    return train, valid
+
+
 def measure_timing(root: Path, epochs: int, dry_run: bool) -> None:
     """Time `epochs` epochs of one arm per timing group (2 threads, a quiet machine, in
-    <root>/../study_timing/), and write <root>/timing.json for every arm: the median training
-    seconds of an epoch, and the rest of an epoch's wall time (validation, its BLEU, the
-    checkpoints) as validation seconds."""
+    <root>/../study_timing/), and write <root>/timing.json for every arm: the median seconds
+    of an epoch's updates, and the median rest of its wall time (validation, its BLEU, the
+    checkpoints) as validation seconds. Timed runs already finished are read, not run again."""
     groups: dict[tuple[str, ...], list[Arm]] = {}
     for arm in ARMS.values():
         groups.setdefault(timing_group(arm), []).append(arm)
@@ -150,13 +167,11 @@ def measure_timing(root: Path, epochs: int, dry_run: bool) -> None:
             continue
         if not (run_dir / "summary.json").is_file():
             subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "2"})
-        summary = json.loads((run_dir / "summary.json").read_text())
-        train = [row["train_epoch/time"] for row in summary["history"]]
-        valid = max(summary["train_seconds"] - sum(train), 0.0) / max(len(train), 1)
+        train, valid = epoch_seconds(json.loads((run_dir / "summary.json").read_text())["history"])
         for arm in arms:
             timing[arm.name] = {
                 "train_seconds_per_epoch": statistics.median(train),
-                "valid_seconds_per_epoch": valid,
+                "valid_seconds_per_epoch": statistics.median(valid),
             }
     if not dry_run:
         (root / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")

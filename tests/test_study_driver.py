@@ -77,3 +77,14 @@ def test_timing_commands_one_per_group_with_the_timed_epochs_only(tmp_path, caps
         # an arm's own limit (plain SGD's 60) would be a second value for the key: Hydra refuses
         assert [a for a in cmd if a.startswith("trainer.max_epochs=")] == ["trainer.max_epochs=3"]
     assert not (tmp_path / "study" / "timing.json").exists()
+
+
+def test_epoch_seconds_split_wall_time_into_updates_and_the_rest():
+    # two epochs of 134 updates: 2 updates/s of update time, walls with validation 80 and 75 s
+    history = [
+        {"epoch": 1, "updates": 134, "train_epoch/ups": 2.0, "train_epoch/time": 80.0},
+        {"epoch": 2, "updates": 268, "train_epoch/ups": 2.5, "train_epoch/time": 60.0},
+    ]
+    train, valid = study.epoch_seconds(history)
+    assert train == [67.0, 53.6]
+    assert valid == [13.0, pytest.approx(6.4)]
