@@ -5,7 +5,9 @@ Every arm is one `python run.py experiment=multi30k_study ...` run in its own fo
 with a finished `summary.json` is skipped, one with `checkpoints/last.ckpt` but no finished summary
 (a session end, a kill) continues with `resume=true`, any other starts fresh. The `force` arms
 start annealing at the epoch where the `lua` arm of the same batching first trained with a smaller
-lr, so they run after it (in the same queue).
+lr, so they run after it. Two drivers (``--queue 1/2`` and ``2/2``) each run their own queue first,
+then help with the other's; a lock per arm (``<arm>/.study.lock``, released by the kernel when
+its driver dies) keeps two drivers off one arm.
 
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 1/2 &
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 2/2 &
@@ -21,11 +23,15 @@ epoch are measured apart, on a quiet machine (docs/study.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,6 +191,12 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print every arm's state and stop")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=60.0,
+        help="wait between looks when every arm left is busy",
+    )
+    parser.add_argument(
         "--time-epochs",
         type=int,
         default=0,
@@ -202,19 +214,73 @@ def main() -> None:
     k, n = (int(x) for x in args.queue.split("/"))
     if n not in (1, 2) or not 1 <= k <= n:
         raise SystemExit(f"--queue {args.queue}: expected 1/1, 1/2 or 2/2")
-    arms = [arm for queue in QUEUES for arm in queue] if n == 1 else list(QUEUES[k - 1])
-    for arm in arms:
-        if state(root / arm.name) == "done":
-            continue
-        if arm.force_from is not None and state(root / arm.force_from) != "done":
-            if args.dry_run:
+    order = queue_order(k, n)
+    if args.dry_run:
+        for arm in order:
+            if state(root / arm.name) == "done":
+                continue
+            if arm.force_from is not None and state(root / arm.force_from) != "done":
                 print(f"# {arm.name}: waits for {arm.force_from}")
                 continue
-            raise SystemExit(f"{arm.name} needs {root / arm.force_from} finished first")
-        cmd = command(arm, root)
-        print(" ".join(cmd), flush=True)
-        if not args.dry_run:
-            subprocess.run(cmd, check=True, cwd=ROOT)
+            print(" ".join(command(arm, root)), flush=True)
+        return
+    run_queue(order, root, args.poll_seconds)
+
+
+def queue_order(k: int, n: int) -> list[Arm]:
+    """Queue k's arms, then the other queue's: a queue that runs out helps the other one."""
+    own = list(QUEUES[k - 1]) if n == 2 else [arm for queue in QUEUES for arm in queue]
+    return own + [arm for queue in QUEUES for arm in queue if arm not in own]
+
+
+@contextlib.contextmanager
+def arm_lock(run_dir: Path) -> Iterator[bool]:
+    """Hold ``<run_dir>/.study.lock`` while running an arm; yields False when another driver
+    holds it. An flock: the kernel releases it when its holder dies, so no lock is ever stale."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".study.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_queue(order: list[Arm], root: Path, poll_seconds: float, run=subprocess.run) -> None:
+    """Run the arms of ``order`` that are not done, one at a time, each under its lock.
+
+    An arm another driver is running is passed over, and so is a force arm whose lua arm has
+    not finished; when only such arms are left the driver waits ``poll_seconds`` and looks
+    again, and it returns once every arm of ``order`` is done.
+    """
+    told: list[str] = []
+    while True:
+        pending = [arm for arm in order if state(root / arm.name) != "done"]
+        if not pending:
+            return
+        ran = False
+        for arm in pending:
+            if arm.force_from is not None and state(root / arm.force_from) != "done":
+                continue
+            with arm_lock(root / arm.name) as mine:
+                if not mine or state(root / arm.name) == "done":
+                    continue
+                cmd = command(arm, root)
+                print(" ".join(cmd), flush=True)
+                run(cmd, check=True, cwd=ROOT)
+                ran = True
+                break  # look at the whole order again: a force arm may have become ready
+        if not ran:
+            busy = [arm.name for arm in pending]
+            if busy != told:  # once per change, not every poll
+                print(f"# waiting: {', '.join(busy)} (running elsewhere, or waiting for their "
+                      "lua arm)", flush=True)  # fmt: skip
+                told = busy
+            time.sleep(poll_seconds)
 
 
 if __name__ == "__main__":

@@ -88,3 +88,50 @@ def test_epoch_seconds_split_wall_time_into_updates_and_the_rest():
     train, valid = study.epoch_seconds(history)
     assert train == [67.0, 53.6]
     assert valid == [13.0, pytest.approx(6.4)]
+
+
+def test_arm_lock_keeps_a_second_driver_off(tmp_path):
+    with study.arm_lock(tmp_path / "tok_lua_s1") as first:
+        assert first
+        with study.arm_lock(tmp_path / "tok_lua_s1") as second:
+            assert not second  # another open of the lock file: refused while the first holds it
+        with study.arm_lock(tmp_path / "sen_lua_s1") as other:
+            assert other  # locks are per arm
+    with study.arm_lock(tmp_path / "tok_lua_s1") as again:
+        assert again  # released on exit
+
+
+def test_run_queue_runs_its_own_arms_then_the_others_and_passes_over_busy_ones(tmp_path):
+    order = study.queue_order(2, 2)
+    assert [a.name for a in order[:7]] == [a.name for a in study.QUEUES[1]]
+    assert {a.name for a in order} == set(study.ARMS) and len(order) == 14
+    names = {"sen_lua_s1", "sen_force_s1", "sen_plateau_s1", "tok_lua_s1", "tok_force_s1"}
+    small = [a for a in order if a.name in names]
+    ran: list[str] = []
+    commands: dict[str, list[str]] = {}
+
+    def fake_training(cmd, check, cwd):  # a finished run: lr 0.25 for 3 epochs, then shrinking
+        run_dir = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        fake_run(run_dir, [0.25] * 3 + [0.025, 0.0025])
+        ran.append(run_dir.name)
+        commands[run_dir.name] = cmd
+
+    with study.arm_lock(tmp_path / "tok_lua_s1") as held:  # another driver is running it
+        assert held
+        sleeps = []
+
+        def sleep(seconds):  # the other driver finishes tok_lua_s1 while this one waits
+            sleeps.append(seconds)
+            fake_run(tmp_path / "tok_lua_s1", [0.25] * 5 + [0.025])
+
+        study.time.sleep, real_sleep = sleep, study.time.sleep
+        try:
+            study.run_queue(small, tmp_path, poll_seconds=7, run=fake_training)
+        finally:
+            study.time.sleep = real_sleep
+    # its own queue first (sen_force after its lua arm), tok_lua_s1 passed over while locked,
+    # tok_force_s1 run once tok_lua_s1 was done, from tok_lua_s1's first annealed epoch (6)
+    assert ran == ["sen_lua_s1", "sen_plateau_s1", "sen_force_s1", "tok_force_s1"]
+    assert sleeps == [7]
+    assert "anneal.force_anneal=6" in commands["tok_force_s1"]
+    assert "anneal.force_anneal=4" in commands["sen_force_s1"]
