@@ -219,12 +219,17 @@ def main() -> None:
         for arm in order:
             if state(root / arm.name) == "done":
                 continue
-            if arm.force_from is not None and state(root / arm.force_from) != "done":
+            if waits_for_lua(arm, root):
                 print(f"# {arm.name}: waits for {arm.force_from}")
                 continue
             print(" ".join(command(arm, root)), flush=True)
         return
     run_queue(order, root, args.poll_seconds)
+
+
+def waits_for_lua(arm: Arm, root: Path) -> bool:
+    """Whether ``arm`` is a force arm whose lua arm has not finished (its start epoch is unknown)."""
+    return arm.force_from is not None and state(root / arm.force_from) != "done"
 
 
 def queue_order(k: int, n: int) -> list[Arm]:
@@ -264,7 +269,7 @@ def run_queue(order: list[Arm], root: Path, poll_seconds: float, run=subprocess.
             return
         ran = False
         for arm in pending:
-            if arm.force_from is not None and state(root / arm.force_from) != "done":
+            if waits_for_lua(arm, root):
                 continue
             with arm_lock(root / arm.name) as mine:
                 if not mine or state(root / arm.name) == "done":
