@@ -11,7 +11,7 @@ its driver dies) keeps two drivers off one arm.
 
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 1/2 &
     OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 2/2 &
-    python examples/study.py --list                      # each arm's state
+    python examples/study.py --list                      # each arm's state, epochs, lr
     python examples/study.py --time-epochs 3             # seconds per epoch, quiet machine
     python run.py task=report sweep_dir=outputs/study report.study=true
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import fcntl
 import json
 import os
@@ -94,6 +95,36 @@ def state(run_dir: Path) -> str:
     if (run_dir / "checkpoints" / "last.ckpt").is_file():
         return "interrupted"
     return "new"
+
+
+def is_running(run_dir: Path) -> bool:
+    """Whether a driver holds the arm's lock now (it is training that arm)."""
+    lock = run_dir / ".study.lock"
+    if not lock.is_file():
+        return False
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def progress(run_dir: Path) -> str:
+    """How far an arm's run has got: its epochs finished and the lr of the last one, read from
+    ``csv/metrics.csv`` (Lightning's 0-based epoch column); "" before its first epoch ends."""
+    metrics = run_dir / "csv" / "metrics.csv"
+    if not metrics.is_file():
+        return ""
+    last = None
+    with open(metrics, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("train_epoch/lr"):  # one row per finished epoch carries the epoch's figures
+                last = row
+    if last is None:
+        return ""
+    return f"{int(float(last['epoch'])) + 1} epochs, lr {float(last['train_epoch/lr']):g}"
 
 
 def first_annealed_epoch(run_dir: Path) -> int:
@@ -209,7 +240,10 @@ def main() -> None:
         return
     if args.list:
         for arm in ARMS.values():
-            print(f"{arm.name:24s} {state(root / arm.name):12s} {' '.join(arm.overrides)}")
+            run_dir = root / arm.name
+            now = "running" if is_running(run_dir) else state(run_dir)
+            done = progress(run_dir)
+            print(f"{arm.name:24s} {now:12s} {done:22s} {' '.join(arm.overrides)}")
         return
     k, n = (int(x) for x in args.queue.split("/"))
     if n not in (1, 2) or not 1 <= k <= n:

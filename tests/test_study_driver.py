@@ -135,3 +135,34 @@ def test_run_queue_runs_its_own_arms_then_the_others_and_passes_over_busy_ones(t
     assert sleeps == [7]
     assert "anneal.force_anneal=6" in commands["tok_force_s1"]
     assert "anneal.force_anneal=4" in commands["sen_force_s1"]
+
+
+def test_list_shows_each_arms_epochs_and_lr_from_its_metrics_csv(tmp_path, monkeypatch, capsys):
+    # Lightning's CSV: step rows without the epoch's figures, and one row per finished epoch
+    # (0-based) that carries train_epoch/lr
+    run = tmp_path / "tok_lua_s1"
+    (run / "csv").mkdir(parents=True)
+    (run / "csv" / "metrics.csv").write_text(
+        "epoch,step,train/loss,train_epoch/lr,valid/bleu\n"
+        "0,50,5.1,,\n"
+        "0,133,,0.25,3.2\n"
+        "1,200,4.0,,\n"
+        "1,267,,0.025,9.9\n"
+        "2,300,3.9,,\n"  # an epoch in progress: not counted
+    )
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert study.progress(run) == "2 epochs, lr 0.025"
+    assert study.progress(tmp_path / "sen_lua_s1") == ""  # not started
+    monkeypatch.setattr(sys, "argv", ["study.py", "--root", str(tmp_path), "--list"])
+    study.main()
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert len(lines) == len(study.ARMS)
+    assert "interrupted" in lines["tok_lua_s1"] and "2 epochs, lr 0.025" in lines["tok_lua_s1"]
+    assert lines["sen_lua_s1"].split()[1] == "new" and "epochs" not in lines["sen_lua_s1"]
+    with study.arm_lock(run) as mine:  # a driver on it: "running", not "interrupted"
+        assert mine and study.is_running(run)
+        study.main()
+        listed = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+        assert listed["tok_lua_s1"].split()[1] == "running"
+    assert not study.is_running(run) and not study.is_running(tmp_path / "sen_lua_s1")
