@@ -178,41 +178,55 @@ def epoch_seconds(history: list[dict]) -> tuple[list[float], list[float]]:
     return train, valid
 
 
-def measure_timing(root: Path, epochs: int, dry_run: bool) -> None:
-    """Time `epochs` epochs of one arm per timing group (2 threads, a quiet machine, in
-    <root>/../study_timing/), and write <root>/timing.json for every arm: the median seconds
-    of an epoch's updates, and the median rest of its wall time (validation, its BLEU, the
+def measure_timing(root: Path, epochs: int, dry_run: bool, rounds: int = 3) -> None:
+    """Time `epochs` epochs of one arm per timing group, in `rounds` rounds that take the groups
+    in turn (so that a slow spell of a shared machine falls on every group alike), each run with
+    2 threads on a quiet machine, in <root>/../study_timing/<group>/round<r>/; then write
+    <root>/timing.json for every arm: the median over all timed epochs of a group of the seconds
+    of an epoch's updates, and of the rest of its wall time (validation, its BLEU, the
     checkpoints) as validation seconds. Timed runs already finished are read, not run again."""
     groups: dict[tuple[str, ...], list[Arm]] = {}
     for arm in ARMS.values():
         groups.setdefault(timing_group(arm), []).append(arm)
     timing: dict[str, object] = {
-        "_note": f"medians of {epochs} timed epochs per batching x optimiser, measured apart on a "
-        "quiet machine (examples/study.py --time-epochs); the annealing rule, lr and seed change "
-        "no work per epoch"
+        "_note": f"medians of {epochs} timed epochs x {rounds} rounds per batching x optimiser, "
+        "the groups taken in turn each round, measured apart on a quiet machine "
+        "(examples/study.py --time-epochs); the annealing rule, lr and seed change no work per "
+        "epoch"
     }
+    seconds: dict[tuple[str, ...], tuple[list[float], list[float]]] = {g: ([], []) for g in groups}
+    for r in range(1, rounds + 1):
+        for group, arms in groups.items():
+            name = "_".join(o.replace("=", "-") for o in group)
+            run_dir = root.parent / "study_timing" / name / f"round{r}"
+            # the arm's own epoch limit gives way to the timed epochs (Hydra refuses a key twice)
+            overrides = [o for o in arms[0].overrides if not o.startswith("trainer.max_epochs=")]
+            cmd = [
+                sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *overrides,
+                f"trainer.max_epochs={epochs}", "final_test=false", f"hydra.run.dir={run_dir}",
+            ]  # fmt: skip
+            print(" ".join(cmd), flush=True)
+            if dry_run:
+                continue
+            if not (run_dir / "summary.json").is_file():
+                env = {**os.environ, "OMP_NUM_THREADS": "2"}
+                subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+            history = json.loads((run_dir / "summary.json").read_text())["history"]
+            train, valid = epoch_seconds(history)
+            seconds[group][0].extend(train)
+            seconds[group][1].extend(valid)
+    if dry_run:
+        return
     for group, arms in groups.items():
-        run_dir = root.parent / "study_timing" / "_".join(o.replace("=", "-") for o in group)
-        # the arm's own epoch limit gives way to the timed epochs (Hydra refuses a key twice)
-        overrides = [o for o in arms[0].overrides if not o.startswith("trainer.max_epochs=")]
-        cmd = [
-            sys.executable, str(ROOT / "run.py"), "experiment=multi30k_study", *overrides,
-            f"trainer.max_epochs={epochs}", "final_test=false", f"hydra.run.dir={run_dir}",
-        ]  # fmt: skip
-        print(" ".join(cmd), flush=True)
-        if dry_run:
-            continue
-        if not (run_dir / "summary.json").is_file():
-            subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "2"})
-        train, valid = epoch_seconds(json.loads((run_dir / "summary.json").read_text())["history"])
+        train, valid = seconds[group]
         for arm in arms:
             timing[arm.name] = {
                 "train_seconds_per_epoch": statistics.median(train),
                 "valid_seconds_per_epoch": statistics.median(valid),
+                "timed_epochs": len(train),
             }
-    if not dry_run:
-        (root / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
-        print(f"written {root / 'timing.json'}")
+    (root / "timing.json").write_text(json.dumps(timing, indent=2) + "\n")
+    print(f"written {root / 'timing.json'}")
 
 
 def main() -> None:
@@ -233,10 +247,16 @@ def main() -> None:
         default=0,
         help="N > 0: measure seconds per epoch (N epochs per batching x optimiser) into timing.json",
     )
+    parser.add_argument(
+        "--time-rounds",
+        type=int,
+        default=3,
+        help="rounds of --time-epochs, the batching x optimiser groups taken in turn each round",
+    )
     args = parser.parse_args()
     root = args.root.resolve()
     if args.time_epochs > 0:
-        measure_timing(root, args.time_epochs, args.dry_run)
+        measure_timing(root, args.time_epochs, args.dry_run, args.time_rounds)
         return
     if args.list:
         for arm in ARMS.values():

@@ -69,14 +69,49 @@ def test_arms_cover_the_design():
     assert len({study.timing_group(a) for a in arms.values()}) == 4
 
 
-def test_timing_commands_one_per_group_with_the_timed_epochs_only(tmp_path, capsys):
-    study.measure_timing(tmp_path / "study", epochs=3, dry_run=True)
+def test_timing_commands_one_per_group_and_round_with_the_timed_epochs_only(tmp_path, capsys):
+    study.measure_timing(tmp_path / "study", epochs=3, dry_run=True, rounds=2)
     cmds = [line.split() for line in capsys.readouterr().out.splitlines() if "run.py" in line]
-    assert len(cmds) == 4
+    assert len(cmds) == 8
     for cmd in cmds:
         # an arm's own limit (plain SGD's 60) would be a second value for the key: Hydra refuses
         assert [a for a in cmd if a.startswith("trainer.max_epochs=")] == ["trainer.max_epochs=3"]
+    dirs = [cmd[-1].removeprefix("hydra.run.dir=") for cmd in cmds]
+    # the groups in turn each round: round 1 of all four, then round 2 of all four
+    assert [Path(d).name for d in dirs] == ["round1"] * 4 + ["round2"] * 4
+    assert [Path(d).parent for d in dirs[:4]] == [Path(d).parent for d in dirs[4:]]
+    assert len({Path(d).parent for d in dirs}) == 4
     assert not (tmp_path / "study" / "timing.json").exists()
+
+
+def test_timing_is_the_median_over_every_rounds_epochs(tmp_path, capsys):
+    # finished timed runs are read, not run again: fake them, 2 epochs x 3 rounds per group
+    study.measure_timing(tmp_path / "study", epochs=2, dry_run=True, rounds=3)
+    dirs = [
+        Path(line.split()[-1].removeprefix("hydra.run.dir="))
+        for line in capsys.readouterr().out.splitlines()
+        if "run.py" in line
+    ]
+    # run i is group i % 4 in round i // 4 + 1; 134 updates at 2 updates/s = 67 s of updates,
+    # and a wall of 67 + (group + 1) x round: group g's rest is (g+1) x (1, 1, 2, 2, 3, 3)
+    for i, run_dir in enumerate(dirs):
+        wall = 67.0 + (i % 4 + 1) * (i // 4 + 1)
+        history = [
+            {"epoch": e, "updates": 134 * e, "train_epoch/ups": 2.0, "train_epoch/time": wall}
+            for e in (1, 2)
+        ]
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text(json.dumps({"history": history}))
+    (tmp_path / "study").mkdir()
+    study.measure_timing(tmp_path / "study", epochs=2, dry_run=False, rounds=3)
+    timing = json.loads((tmp_path / "study" / "timing.json").read_text())
+    assert set(timing) == {"_note", *study.ARMS}
+    group_of = {run_dir.parent.name: i for i, run_dir in enumerate(dirs[:4])}
+    for name, arm in study.ARMS.items():
+        g = group_of["_".join(o.replace("=", "-") for o in study.timing_group(arm))]
+        assert timing[name]["train_seconds_per_epoch"] == 67.0
+        assert timing[name]["timed_epochs"] == 6
+        assert timing[name]["valid_seconds_per_epoch"] == pytest.approx(2.0 * (g + 1))
 
 
 def test_epoch_seconds_split_wall_time_into_updates_and_the_rest():
