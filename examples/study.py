@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import fcntl
 import json
 import os
@@ -99,32 +98,22 @@ def state(run_dir: Path) -> str:
 
 def is_running(run_dir: Path) -> bool:
     """Whether a driver holds the arm's lock now (it is training that arm)."""
-    lock = run_dir / ".study.lock"
-    if not lock.is_file():
+    if not (run_dir / ".study.lock").is_file():  # never run: arm_lock would make its folder
         return False
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    with arm_lock(run_dir) as mine:
+        return not mine
 
 
 def progress(run_dir: Path) -> str:
     """How far an arm's run has got: its epochs finished and the lr of the last one, read from
-    ``csv/metrics.csv`` (Lightning's 0-based epoch column); "" before its first epoch ends."""
-    metrics = run_dir / "csv" / "metrics.csv"
-    if not metrics.is_file():
+    ``csv/metrics.csv`` as the report reads an unfinished run; "" before its first epoch ends."""
+    from convseq.evaluation.history import history_from_metrics
+
+    epochs = history_from_metrics(run_dir / "csv" / "metrics.csv")
+    trained = [row for row in epochs if "train_epoch/lr" in row]
+    if not trained:
         return ""
-    last = None
-    with open(metrics, newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("train_epoch/lr"):  # one row per finished epoch carries the epoch's figures
-                last = row
-    if last is None:
-        return ""
-    return f"{int(float(last['epoch'])) + 1} epochs, lr {float(last['train_epoch/lr']):g}"
+    return f"{trained[-1]['epoch']} epochs, lr {trained[-1]['train_epoch/lr']:g}"
 
 
 def first_annealed_epoch(run_dir: Path) -> int:
