@@ -60,14 +60,14 @@ SGD_SMALL_STEP = (*SGD, f"trainer.max_epochs={SGD_CAP_EPOCHS}")
 SGD_MATCHED = (*SGD, "optim.lr=25", "anneal.min_lr=0.001")
 
 # Two queues, in the order each runs them; the end points (tokens+plateau: the PyTorch toolkit's
-# way, sentences+lua: the Lua toolkit's way) get seeds 2 and 3 and the momentum-free arms.
+# way, sentences+lua: the Lua toolkit's way) get seeds 2 and 3 and the momentum-free arms, which
+# come last: the headline difference and its seed spread are ready first.
 QUEUES: tuple[tuple[Arm, ...], ...] = (
     (
         _arm("tok_lua_s1", "batching=tokens", "anneal=lua", "seed=1"),
         _arm("tok_plateau_s1", "batching=tokens", "anneal=plateau", "seed=1"),
         _arm("tok_force_s1", "batching=tokens", "anneal=force", "seed=1", force_from="tok_lua_s1"),
         _arm("tok_plateau_s2", "batching=tokens", "anneal=plateau", "seed=2"),
-        _arm("tok_plateau_s3", "batching=tokens", "anneal=plateau", "seed=3"),
         _arm("tok_plateau_sgd25_s1", "batching=tokens", "anneal=plateau", "seed=1", *SGD_MATCHED),
         _arm("tok_plateau_sgd_s1", "batching=tokens", "anneal=plateau", "seed=1", *SGD_SMALL_STEP),
     ),
@@ -79,6 +79,9 @@ QUEUES: tuple[tuple[Arm, ...], ...] = (
         ),
         _arm("sen_lua_s2", "batching=sentences", "anneal=lua", "seed=2"),
         _arm("sen_lua_s3", "batching=sentences", "anneal=lua", "seed=3"),
+        # the third token seed runs here so that both end points' seeds finish before the
+        # momentum-free arms (queue 1 has the longer token arms)
+        _arm("tok_plateau_s3", "batching=tokens", "anneal=plateau", "seed=3"),
         _arm("sen_lua_sgd25_s1", "batching=sentences", "anneal=lua", "seed=1", *SGD_MATCHED),
         _arm("sen_lua_sgd_s1", "batching=sentences", "anneal=lua", "seed=1", *SGD_SMALL_STEP),
     ),

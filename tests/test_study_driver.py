@@ -69,6 +69,17 @@ def test_arms_cover_the_design():
     assert len({study.timing_group(a) for a in arms.values()}) == 4
 
 
+def test_each_queue_runs_every_nag_arm_before_the_momentum_free_ones():
+    # the headline difference and its seed spread first; the longest arms (plain SGD) last
+    for queue in study.QUEUES:
+        momentum_free = ["optim.momentum=0" in arm.overrides for arm in queue]
+        first_sgd = momentum_free.index(True)
+        assert all(momentum_free[first_sgd:]) and not any(momentum_free[:first_sgd])
+        assert queue[-1].name.endswith("_sgd_s1")  # the capped 60-epoch arm is the very last
+    seeds = [arm.name for queue in study.QUEUES for arm in queue if arm.name[-3:] in ("_s2", "_s3")]
+    assert sorted(seeds) == ["sen_lua_s2", "sen_lua_s3", "tok_plateau_s2", "tok_plateau_s3"]
+
+
 def test_timing_commands_one_per_group_and_round_with_the_timed_epochs_only(tmp_path, capsys):
     study.measure_timing(tmp_path / "study", epochs=3, dry_run=True, rounds=2)
     cmds = [line.split() for line in capsys.readouterr().out.splitlines() if "run.py" in line]
@@ -138,7 +149,7 @@ def test_arm_lock_keeps_a_second_driver_off(tmp_path):
 
 def test_run_queue_runs_its_own_arms_then_the_others_and_passes_over_busy_ones(tmp_path):
     order = study.queue_order(2, 2)
-    assert [a.name for a in order[:7]] == [a.name for a in study.QUEUES[1]]
+    assert [a.name for a in order[: len(study.QUEUES[1])]] == [a.name for a in study.QUEUES[1]]
     assert {a.name for a in order} == set(study.ARMS) and len(order) == 14
     names = {"sen_lua_s1", "sen_force_s1", "sen_plateau_s1", "tok_lua_s1", "tok_force_s1"}
     small = [a for a in order if a.name in names]
