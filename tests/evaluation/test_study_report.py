@@ -35,7 +35,7 @@ from convseq.evaluation.study_report import STUDY_FILES, study_record, write_stu
 from convseq.evaluation.study_runs import identify_arm, read_timing
 from convseq.tasks.dispatch import dispatch, to_plain
 from convseq.viz.runs import RunCurves
-from convseq.viz.study import draw_bleu_minutes, draw_lr_epochs
+from convseq.viz.study import ZOOM_BLEU, draw_bleu_minutes, draw_epoch_time_bars, draw_lr_epochs
 from tests.conftest import compose_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -458,6 +458,29 @@ def test_figures_draw_one_line_per_arm():
     assert list(bleu.lines[1].get_xdata()) == [1.5]  # the point with no minutes is left out
     lr = draw_lr_epochs(curves).axes[0]
     assert lr.get_yscale() == "log" and list(lr.lines[1].get_ydata()) == [25.0, 2.5]
+
+
+def test_bleu_figure_zooms_on_the_top_bleu_where_the_rules_differ():
+    curves = [
+        RunCurves("a", Path("a"), "x", [1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0], [5.0, 30.0, 38.0, 40.0], [], [0.25] * 4),
+        RunCurves("b", Path("b"), "x", [1, 2, 3], [1.5, 3.0, 4.5], [8.0, 36.0, 37.0], [], [0.25] * 3),
+    ]  # fmt: skip
+    whole, zoom = draw_bleu_minutes(curves).axes
+    assert len(zoom.lines) == len(whole.lines) == 2
+    assert zoom.get_ylim()[0] == pytest.approx(40.0 - ZOOM_BLEU)  # best 40: from 34 up
+    assert zoom.get_ylim()[1] > 40.0
+    x0, x1 = zoom.get_xlim()  # from b's 36 at 3.0 min (the first point >= 34) to the last, 4.5
+    assert 2.0 < x0 < 3.0 and 4.5 < x1 < 4.7
+    assert whole.get_ylim()[0] < 5.0  # the left panel keeps the whole climb
+
+
+def test_bar_chart_says_what_hatching_means_only_when_an_arm_is_unfinished():
+    fig = draw_epoch_time_bars(["a", "b"], [10.0, 4.0], [9.0, 3.0], done=[True, False], title="s")
+    assert fig.get_suptitle() == "s; hatched: unfinished or cut by a limit"
+    hatches = [bar.get_hatch() for bar in fig.axes[0].patches]
+    assert hatches == [None, "//"] or hatches == ["", "//"]
+    done = draw_epoch_time_bars(["a"], [10.0], [9.0], done=[True], title="s")
+    assert done.get_suptitle() == "s"
 
 
 # ---------------------------------------------------------------------------- task=report

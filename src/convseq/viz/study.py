@@ -69,15 +69,46 @@ def _lines(
     return drawn
 
 
+ZOOM_BLEU = 6.0  # the right panel of the BLEU figure shows the last this-many BLEU below the best
+
+
+def _zoom(ax: Any, curves: Sequence[RunCurves], span: float) -> None:
+    """Limit `ax` to the top `span` BLEU and the minutes from where any arm first got there.
+
+    Why: the full curves climb from 0 to ~40 BLEU, so the differences that decide between rules
+    (a BLEU or two near the end) are a few pixels high on the left panel.
+    """
+    points = [finite_points(c.minutes, c.valid_bleu) for c in curves]
+    ys = [y for _, pys in points for y in pys]
+    if not ys:
+        return
+    top = max(ys)
+    floor = top - span
+    starts = [x for pxs, pys in points for x, y in zip(pxs, pys) if y >= floor]
+    right = max(x for pxs, _ in points for x in pxs)
+    left = min(starts)
+    pad = 0.02 * max(right - left, 1e-9)
+    ax.set_xlim(left - pad, right + pad)
+    ax.set_ylim(floor, top + 0.1 * span)
+
+
 def draw_bleu_minutes(
     curves: Sequence[RunCurves], styles: Sequence[Style] | None = None, title: str = ""
 ) -> Figure:
-    """Validation BLEU against cumulative training minutes, one line per run (``ax.lines[i]``)."""
-    fig, ax = _figure(10, 6)
-    _lines(ax, curves, styles, "minutes", "valid_bleu")
-    ax.set(xlabel="training minutes (cumulative)", ylabel="validation BLEU")
-    ax.set_title(title or "validation BLEU by training time")
-    ax.grid(True, alpha=0.3)
+    """Validation BLEU against cumulative training minutes, one line per run (``ax.lines[i]``).
+
+    Two panels: every curve whole (``axes[0]``), and the same lines zoomed on the top
+    `ZOOM_BLEU` BLEU (``axes[1]``), where the rules differ.
+    """
+    fig, (ax, zoom) = _figure(14, 6, panels=2)
+    for a in (ax, zoom):
+        _lines(a, curves, styles, "minutes", "valid_bleu")
+        a.set(xlabel="training minutes (cumulative)", ylabel="validation BLEU")
+        a.grid(True, alpha=0.3)
+    _zoom(zoom, curves, ZOOM_BLEU)
+    ax.set_title("whole runs")
+    zoom.set_title(f"zoom: the top {ZOOM_BLEU:g} BLEU")
+    fig.suptitle(title or "validation BLEU by training time", fontsize="medium")
     if curves:
         ax.legend(fontsize="small", loc="lower right", ncol=2)
     fig.tight_layout()
@@ -141,16 +172,9 @@ def draw_epoch_time_bars(
         ax.margins(x=0.12)
     ax_e.set_title("epochs to the arm's own stop")
     ax_t.set_title("total training time")
-    if done is not None and not all(done):
-        ax_t.text(
-            1.0,
-            -0.08 - 0.3 / max(len(labels), 1),
-            "hatched: unfinished or cut by a limit",
-            transform=ax_t.transAxes,
-            ha="right",
-            va="top",
-            fontsize="small",
-        )
+    if done is not None and not all(done):  # in the title line: below the axes it hid a label
+        title = f"{title}; " if title else ""
+        title += "hatched: unfinished or cut by a limit"
     if title:
         fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
