@@ -335,6 +335,12 @@ def test_momentum_rows(study, tmp_path):
     assert rows[("sentences", "lua", "sen_lua_s1")]["epochs"] == 10
 
 
+def test_epoch_counts_read_as_english():
+    from convseq.evaluation.study_effects import _epochs
+
+    assert [_epochs(n) for n in (0, 1, 2)] == ["0 epochs", "1 epoch", "2 epochs"]
+
+
 def test_seed_spread(study, tmp_path):
     _, record = study_record(study, _refs(tmp_path), n_samples=50)
     s = record["seeds"]

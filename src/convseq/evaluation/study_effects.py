@@ -89,12 +89,16 @@ def _has(run: StudyRun, setting: tuple[str, float, float] | None) -> bool:
     return a.optimizer == setting[0] and _same(a.momentum, setting[1]) and _same(a.lr, setting[2])
 
 
+def _epochs(n: int) -> str:
+    return f"{n} epoch" if n == 1 else f"{n} epochs"
+
+
 def why_not(run: StudyRun | None) -> str | None:
     """Why a run's epoch count cannot be used (None: it can)."""
     if run is None:
         return "no such run"
     if not run.finished:
-        return f"{run.name}: {run.status}, {run.epochs} epochs so far"
+        return f"{run.name}: {run.status}, {_epochs(run.epochs)} so far"
     if not run.stopped_by_rule:
         return f"{run.name}: did not stop by its annealing rule ({run.stop_reason or 'no reason'})"
     return None
@@ -223,7 +227,7 @@ def _momentum_row(
             f"(started at epoch {run.anneal_start})"
         )
     else:
-        row["epochs_text"] = f"{run.status}, {run.epochs} epochs so far"
+        row["epochs_text"] = f"{run.status}, {_epochs(run.epochs)} so far"
     if kind == "SGD" and nag_epochs is not None and run is not None:
         if row["epochs"] is not None:
             row["nag_minus_sgd"] = nag_epochs - row["epochs"]
