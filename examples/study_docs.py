@@ -16,9 +16,12 @@ import argparse
 import shutil
 from pathlib import Path
 
+from convseq.evaluation.study_report import STUDY_FILES
+
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 START, END = "<!-- study_report.md -->", "<!-- /study_report.md -->"
-FIGURES = ("study_bleu_minutes.png", "study_lr.png", "study_epochs_time.png")
+# the report's own file names (task=report writes them), so a renamed figure cannot go stale here
+FIGURES = tuple(STUDY_FILES[kind] for kind in ("bleu", "lr", "bars"))
 
 
 def report_body(report: str, study_dir: Path, relative_to: Path) -> str:
@@ -61,7 +64,7 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "study.md")
     parser.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args()
-    report = args.study / "study_report.md"
+    report = args.study / STUDY_FILES["markdown"]
     if not report.is_file():
         raise SystemExit(
             f"{report}: no study report; write it first with "
