@@ -480,6 +480,17 @@ def test_bleu_figure_zooms_on_the_top_bleu_where_the_rules_differ():
     assert whole.get_ylim()[0] < 5.0  # the left panel keeps the whole climb
 
 
+def test_bleu_zoom_ignores_a_longer_run_that_never_reaches_the_top_bleu():
+    curves = [
+        RunCurves("a", Path("a"), "x", [1, 2, 3], [1.0, 2.0, 3.0], [30.0, 38.0, 40.0], [], [0.25] * 3),
+        RunCurves("slow", Path("s"), "x", [1, 2, 3], [10.0, 20.0, 30.0], [1.0, 2.0, 3.0], [], [0.25] * 3),
+    ]  # fmt: skip
+    whole, zoom = draw_bleu_minutes(curves).axes
+    x0, x1 = zoom.get_xlim()  # a's 38 at 2.0 min to its last point, 3.0; not the slow run's 30
+    assert 1.9 < x0 < 2.0 and 3.0 < x1 < 3.1
+    assert whole.get_xlim()[1] > 30.0  # the left panel still shows the slow run whole
+
+
 def test_bar_chart_says_what_hatching_means_only_when_an_arm_is_unfinished():
     fig = draw_epoch_time_bars(["a", "b"], [10.0, 4.0], [9.0, 3.0], done=[True, False], title="s")
     assert fig.get_suptitle() == "s; hatched: unfinished or cut by a limit"

@@ -85,7 +85,9 @@ def _zoom(ax: Any, curves: Sequence[RunCurves], span: float) -> None:
     top = max(ys)
     floor = top - span
     starts = [x for pxs, pys in points for x, y in zip(pxs, pys) if y >= floor]
-    right = max(x for pxs, _ in points for x in pxs)
+    # only curves that reach the band set the right edge: a long run far below it (plain SGD at
+    # a small lr) would otherwise stretch the panel over minutes where nothing is drawn
+    right = max(x for pxs, pys in points if any(y >= floor for y in pys) for x in pxs)
     left = min(starts)
     pad = 0.02 * max(right - left, 1e-9)
     ax.set_xlim(left - pad, right + pad)
