@@ -112,7 +112,8 @@ def draw_bleu_minutes(
     zoom.set_title(f"zoom: the top {ZOOM_BLEU:g} BLEU")
     fig.suptitle(title or "validation BLEU by training time", fontsize="medium")
     if curves:
-        ax.legend(fontsize="small", loc="lower right", ncol=2)
+        # centre right: the lower right is where long, slow runs (plain SGD) end
+        ax.legend(fontsize="small", loc="center right", ncol=2)
     fig.tight_layout()
     return fig
 
