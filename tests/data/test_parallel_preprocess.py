@@ -20,7 +20,7 @@ import convseq.data.textio as textio
 from convseq.data.databin import DataBin
 from convseq.data.encode import WORKER_ENV
 from convseq.errors import DataError
-from tests.data.reference_corpora import write_reference_corpus
+from tests.data.reference_corpora import why_pins_do_not_apply, write_reference_corpus
 
 FIXTURE = json.loads(
     (Path(__file__).parent / "fixtures" / "databin_sha256.json").read_text(encoding="utf-8")
@@ -51,6 +51,8 @@ def test_one_two_or_three_workers_make_the_same_bytes(tmp_path, monkeypatch, nam
     assert file_bytes(built[2]) == one
     assert file_bytes(built[3]) == one
     # and they are the bytes that the code before streaming made
+    if why_pins_do_not_apply(name, FIXTURE):
+        return  # another sentencepiece release: test_reference_databins says so and skips
     pinned = FIXTURE["databins"][name]["files"]
     assert {n: hashlib.sha256(b).hexdigest() for n, b in one.items() if n != "meta.json"} == pinned
 

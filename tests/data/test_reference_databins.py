@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from convseq.data.preprocess import prepare_databin
-from tests.data.reference_corpora import REFERENCE_CORPORA, write_reference_corpus
+from tests.data.reference_corpora import (
+    REFERENCE_CORPORA,
+    why_pins_do_not_apply,
+    write_reference_corpus,
+)
 
 FIXTURE = json.loads(
     (Path(__file__).parent / "fixtures" / "databin_sha256.json").read_text(encoding="utf-8")
@@ -28,6 +32,9 @@ def _sha256(path: Path) -> str:
 
 @pytest.mark.parametrize("name", REFERENCE_CORPORA)
 def test_databin_bytes_match_the_pinned_ones(tmp_path, name):
+    reason = why_pins_do_not_apply(name, FIXTURE)
+    if reason:
+        pytest.skip(reason)
     want = FIXTURE["databins"][name]
     corpus = tmp_path / "corpus"
     cfg = write_reference_corpus(name, corpus)
@@ -41,3 +48,14 @@ def test_databin_bytes_match_the_pinned_ones(tmp_path, name):
     meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     for key in ("key", "splits", "vocab", "settings"):
         assert meta[key] == want["meta"][key], key
+
+
+def test_the_subword_pins_apply_only_with_the_sentencepiece_that_recorded_them():
+    import sentencepiece
+
+    other = {**FIXTURE, "versions": {**FIXTURE["versions"], "sentencepiece": "0.0.1"}}
+    assert why_pins_do_not_apply("toy-words", other) is None  # no subword model: any version
+    reason = why_pins_do_not_apply("synthetic-unigram-separate", other)
+    assert reason is not None and "0.0.1" in reason and sentencepiece.__version__ in reason
+    same = sentencepiece.__version__ == FIXTURE["versions"]["sentencepiece"]
+    assert (why_pins_do_not_apply("synthetic-bpe-joint", FIXTURE) is None) == same
