@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.datamodule import TranslationDataModule
 from convseq.tasks.schema import default_cache_dir
+from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
@@ -79,6 +80,7 @@ def main() -> int:
     if not (CORPUS / "train.de").is_file():
         print(f"skipped: Multi30k not found at {CORPUS}")
         return 0
+    print(machine_line())
 
     data = OmegaConf.load(ROOT / "conf" / "data" / "multi30k.yaml")
     data.dir = str(CORPUS)

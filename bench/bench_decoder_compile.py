@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from convseq.search import beam_search  # noqa: E402
 from convseq.search.common import IncrementalDecoderModel  # noqa: E402
+from machine import machine, machine_line  # noqa: E402
 from search_inputs import (  # noqa: E402
     file_sources,
     make_batches,
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         p.error("give --ckpt (a trained model) or --random")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    info = machine()
+    print(machine_line(info), flush=True)
     if args.random:
         model = random_model("fconv_iwslt_de_en", 4000, 0.3, "cpu")
         sources = random_sources(args.sentences, (6, 30), 4000, seed=1)
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
         sources = file_sources(args.src_file, translator, args.sentences)
     batches = make_batches(sources, args.batch, "cpu")
     result: dict = {"sentences": len(sources), "beam": args.beam, "batch": args.batch}
+    result["machine"] = info
 
     shares = []
     for _ in range(args.repeats):

@@ -20,7 +20,6 @@ same inputs in one process:
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from convseq.models.fconv import FConvModel
+from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
 PAD, EOS = 1, 2
@@ -128,10 +128,10 @@ def main() -> None:
                 for clock, seconds in zip(("wall", "cpu"), call(arm, length), strict=True):
                     results.setdefault((clock, arm, length), []).append(seconds / length)
 
+    print(f"# {machine_line()}")
     print(
         f"# {args.arch}, vocab {args.vocab}, batch {args.batch} x beam {args.beam} = {rows} rows, "
-        f"source {args.src_len} tokens, {args.repeats} repeats, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}"
+        f"source {args.src_len} tokens, {args.repeats} repeats"
     )
     for clock in ("wall", "cpu"):
         print(

@@ -57,6 +57,8 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
+from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 MARK = "BENCH_SCALE_RESULT "  # prefix of the one stdout line a child reports through
@@ -392,6 +394,8 @@ def main() -> int:
     if not (MULTI30K / "train.de").is_file():
         print(f"skipped: Multi30k not found at {MULTI30K}")
         return 0
+    info = machine()
+    print(machine_line(info))
     if args.dry_run:
         # the toy model: start-up at 2k pairs is then the machinery, not a big model's first step
         args.sizes, args.model, args.loader_batches = "2k,5k", "fconv_toy", 200
@@ -416,7 +420,7 @@ def main() -> int:
         print("data.workers is not in the data config (src/convseq/data/config.py) yet: "
               "preprocessing measured with 1 worker only")  # fmt: skip
     load = os.getloadavg()[0]
-    print(f"machine: {os.cpu_count()} cores, load {load:.1f}; start-up model {args.model}\n")
+    print(f"load average {load:.1f}; start-up model {args.model}\n")
 
     rows = []
     for n in sizes:
@@ -435,8 +439,9 @@ def main() -> int:
         print(f"{c['status']:<5} {c['check']:<40} {value:>8} <= {c['limit']:g} {c['unit']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = dict(sizes=sizes, workers=workers, seed=args.seed, model=args.model,
-                      subword=sub, cores=os.cpu_count(), rows=rows, checks=results)  # fmt: skip
+        report = dict(machine=info, sizes=sizes, workers=workers, seed=args.seed,
+                      model=args.model, subword=sub, cores=os.cpu_count(), rows=rows,
+                      checks=results)  # fmt: skip
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
         plot(rows, workers, args.plot)

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -59,6 +58,7 @@ import torch
 
 from convseq.search import PHASES, beam_search, reference_beam_search
 from convseq.search.beam import _select
+from machine import machine_line  # bench/, beside this script
 from search_baseline import CopyingCache, load_baseline  # bench/, beside this script
 from search_inputs import (  # bench/, beside this script
     file_sources,
@@ -407,11 +407,8 @@ def main() -> None:
         )
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    print(
-        f"# {what}, max_len_a {args.max_len_a}, max_len_b {args.max_len_b}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device} "
-        f"({torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()})"
-    )
+    print(f"# {machine_line()}")  # names the GPU too, where there is one
+    print(f"# {what}, max_len_a {args.max_len_a}, max_len_b {args.max_len_b}, device {args.device}")
     baseline = load_baseline(args.baseline) if args.baseline else {}
     # A full garbage collection scans every Python object of the process (about 180,000 after
     # the imports) and costs ~0.1 s; the searches' allocations trigger one at random moments,

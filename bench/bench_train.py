@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 VARIANTS = ("bare", "lightning")
@@ -271,6 +273,9 @@ def main() -> int:
     if not (DATA_ROOT / "multi30k" / "train.de").is_file():
         print(f"skipped: Multi30k not found at {DATA_ROOT / 'multi30k'}")
         return 0
+    torch.set_num_threads(args.threads)
+    info = machine()
+    print(machine_line(info))
 
     with tempfile.TemporaryDirectory(prefix="convseq-bench-") as tmp:
         cfg = compose_cfg(args, tmp)
@@ -279,13 +284,11 @@ def main() -> int:
         t0 = time.perf_counter()
         databin = prepare_databin(cfg["data"], args.cache_dir, progress=False)
         print(f"data-bin: {databin} ({time.perf_counter() - t0:.1f} s)")
-        torch.set_num_threads(args.threads)
         flops = count_flops(cfg, args.warmup, args.updates)
     peak_before = matmul_peak(args.threads)
     print(
         f"model {args.model}, max_tokens {args.max_tokens}, {args.warmup} warm-up + "
-        f"{args.updates} timed updates, {args.repeats} repeats, {args.threads} threads, "
-        f"torch {torch.__version__}, {os.cpu_count()} CPUs"
+        f"{args.updates} timed updates, {args.repeats} repeats, {args.threads} threads"
     )
     print(f"forward+backward: {flops / 1e9 / args.updates:.1f} GFLOP per update")
 
@@ -315,7 +318,8 @@ def main() -> int:
     if len(tokens["bare"] | tokens["lightning"]) != 1:
         print(f"WARNING: the loops saw different batches (target tokens {tokens})")
 
-    figures: dict[str, Any] = {"peak_gflops": peak, "gflop_per_update": flops / 1e9 / args.updates}
+    figures: dict[str, Any] = {"machine": info, "peak_gflops": peak}
+    figures["gflop_per_update"] = flops / 1e9 / args.updates
     head = (
         f"{'loop':10s} {'wps':>7s} {'s/update':>9s} {'CPU s/upd':>10s} {'GFLOP/s':>8s} "
         f"{'of peak':>8s} {'GFLOP/CPU s':>12s} {'of peak':>8s} {'RSS MiB':>8s}"

@@ -42,6 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "bench" / "fairseq-venv"
 WORK = ROOT / "outputs" / "bench_vs_fairseq"
@@ -203,10 +205,24 @@ def in_child(side: str, args: argparse.Namespace, extra: list[str]) -> dict[str,
     return json.loads(lines[-1])
 
 
+def machine_of_run(threads: int) -> dict[str, Any]:
+    """This machine (torch at the children's thread count), its line printed: the report's top.
+
+    The children run on the same machine; the parent names it once, for both toolkits.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    info = machine()
+    print(machine_line(info), flush=True)
+    return info
+
+
 def train_main(args: argparse.Namespace, argv: list[str]) -> None:
     from convseq.data.databin import DataBin
     from convseq.data.preprocess import prepare_databin
 
+    info = machine_of_run(args.threads)
     cfg = compose([], str(WORK))
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"], progress=False))
     dest = fairseq_databin(databin, args.dry_run)
@@ -230,7 +246,11 @@ def train_main(args: argparse.Namespace, argv: list[str]) -> None:
                 f"{res['first_loss']:.3f}",
                 flush=True,
             )
-    report("training: target tokens/s", runs, "wps", args)
+    figures = report("training: target tokens/s", runs, "wps", args)
+    if args.json:
+        result = {"machine": info, "convseq_overrides": args.convseq, **figures, "runs": runs}
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json}")
 
 
 # -- reporting -----------------------------------------------------------------------------------
@@ -265,6 +285,7 @@ def main() -> None:
     train = sub.add_parser("train", help="training throughput")
     train.add_argument("--warmup", type=int, default=3)
     train.add_argument("--updates", type=int, default=30)
+    train.add_argument("--json", help="also write the machine, the figures and every run here")
     gen = sub.add_parser("generate", help="generation throughput and identical hypotheses")
     add_generate_args(gen)
     for p in (train, gen):

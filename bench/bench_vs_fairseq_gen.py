@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_vs_fairseq import ROOT, VENV, WORK, fairseq_env, in_child, report
+from bench_vs_fairseq import ROOT, VENV, WORK, fairseq_env, in_child, machine_of_run, report
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -98,11 +98,12 @@ def reduced_precision(model, precision: str):
 
 
 def generate_main(args: argparse.Namespace, argv: list[str]) -> None:
+    info = machine_of_run(args.threads)
     if args.dry_run:
         print("export", args.ckpt, "->", WORK / "export" / "checkpoint.pt")
         return
     export = prepare(args)
-    results = {}
+    results: dict[str, Any] = {"machine": info}  # and one entry per beam x batch
     for beam in args.beams:
         for batch in args.batches:
             runs: dict[str, list[dict]] = {"convseq": [], "fairseq": []}

@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
 DEFAULT_DATA_ROOT = ROOT.parent / "shared" / "data"
@@ -141,6 +143,7 @@ class Report:
     figures: dict[str, Any] = field(default_factory=dict)
     rows: list[tuple[str, str, str]] = field(default_factory=list)  # (name, value, status)
     checks: list[dict[str, Any]] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=machine)  # CPU, torch, GPU: bench/machine.py
 
     def row(self, name: str, value: str, ok: bool | None = None) -> None:
         """A table row; `ok` None is a measurement, True/False a check."""
@@ -157,7 +160,13 @@ class Report:
         return all(c["ok"] for c in self.checks)
 
     def as_json(self) -> dict[str, Any]:
-        return {**self.figures, "env": self.env, "checks": self.checks, "ok": self.ok}
+        return {
+            "machine": self.machine,
+            **self.figures,
+            "env": self.env,
+            "checks": self.checks,
+            "ok": self.ok,
+        }
 
 
 # -- environment ------------------------------------------------------------------------------
@@ -576,9 +585,9 @@ def table(report: Report, corpus: str, out: str) -> str:
     env = report.env
     mode = "DRY RUN on the CPU: tiny sizes, not GPU figures" if env["dry_run"] else "GPU"
     head = [
+        machine_line(report.machine),
         f"convseq GPU check ({mode})",
-        f"device: {env['device']} | torch {env['torch']} | CUDA {env['cuda']} | "
-        f"cuDNN {env['cudnn']}",
+        f"device: {env['device']} | CUDA {env['cuda']} | cuDNN {env['cudnn']}",
         f"corpus: {corpus}; {env['updates']} updates a run; outputs: {out}",
         "",
     ]

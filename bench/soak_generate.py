@@ -44,7 +44,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from soak_train import TINY, slope  # bench/ is on sys.path when this runs as a script
+from machine import machine, machine_line  # bench/ is on sys.path when this runs as a script
+from soak_train import TINY, slope
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -279,6 +280,7 @@ def main() -> None:
     batches, passes = recorder.batches, recorder.passes
     first_pass_rss = next(b["rss_mib"] for b in reversed(batches) if b["pass"] == 1)
     result = {
+        "machine": machine(),
         "model": str(args.ckpt) if args.ckpt else ("toy, tiny model" if args.tiny else "fconv_toy"),
         "parameters": sum(p.numel() for p in translator.models[0].parameters()),
         "split": args.split,
@@ -301,6 +303,7 @@ def main() -> None:
         "python": sys.version.split()[0],
     }
     a = result["analysis"]
+    print(f"soak: {machine_line(result['machine'])}")
     print(
         f"soak: {a['passes']} passes, {a['batches']} batches in {wall / 60:.1f} min "
         f"({result['model']}, {result['sentences_per_pass']} sentences a pass, beam {args.beam}, "

@@ -40,6 +40,8 @@ import psutil
 import pytorch_lightning as pl
 import torch
 
+from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [  # the test suite's tiny model: a whole epoch takes well under a second
     "model.encoder_embed_dim=16",
@@ -176,6 +178,7 @@ def main() -> None:
         final_rss = psutil.Process().memory_info().rss / 2**20
 
     result = {
+        "machine": machine(),
         "model": "tiny" if args.tiny else cfg["model"]["arch"],
         "parameters": recorder.parameters,
         "train_pairs": args.train_pairs,
@@ -192,6 +195,7 @@ def main() -> None:
     }
     a = result["analysis"]
     rss, objs = a["rss_mb"], a["objects"]
+    print(f"soak: {machine_line(result['machine'])}")
     print(
         f"soak: {len(recorder.rows)} epochs in {wall:.0f} s ({result['model']}, "
         f"{args.train_pairs} pairs, {result['threads']} threads, load {result['load_average']})"

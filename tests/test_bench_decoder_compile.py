@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_decoder_compile as bdc  # noqa: E402
+from machine import machine, machine_line  # noqa: E402
 from search_inputs import make_batches, random_model, random_sources  # noqa: E402
 
 
@@ -35,6 +36,16 @@ def test_timer_counts_one_first_step_per_search(small):
     one = bdc.FirstStepTimer()
     bdc.translate(model, batches[:1], beam=3, timer=one)
     assert one.calls < timer.calls
+
+
+def test_main_names_the_machine(capsys):
+    threads = str(torch.get_num_threads())  # main sets the thread count: keep this process's
+    args = ["--random", "--sentences", "4", "--batch", "4", "--beam", "2", "--repeats", "1"]
+    result = bdc.main([*args, "--threads", threads, "--skip-compile"])
+    assert result["machine"]["model"] == machine()["model"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == machine_line(result["machine"])
+    assert out[1].startswith("step 0's decoder call: ")
 
 
 @pytest.mark.slow

@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "bench_scale.py"
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+sys.path.insert(0, str(ROOT / "bench"))
+from machine import machine, machine_line  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,12 @@ def test_table_json_and_plot_exist(dry_run):
     assert [c["status"] for c in data["checks"] if "at 3M" in c["check"]][0] == "n/a"
     png = dry_run["png"].read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_names_the_machine_first(dry_run):
+    info = dry_run["json"]["machine"]
+    assert info["model"] == machine()["model"]
+    assert dry_run["stdout"].splitlines()[0] == machine_line(info)
 
 
 def test_figures_are_sane(dry_run):

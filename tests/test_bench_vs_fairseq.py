@@ -1,19 +1,26 @@
 """bench/bench_vs_fairseq.py's own parts, without fairseq: the text it hands fairseq-preprocess
-reads back into the data-bin's ids, and its reading of fairseq-train's per-update log."""
+reads back into the data-bin's ids, its reading of fairseq-train's per-update log, and the
+generation report's machine line and JSON (both sides stubbed)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from convseq.data.databin import DataBin
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
 import bench_vs_fairseq as bvf  # noqa: E402
+import bench_vs_fairseq_gen as bvg  # noqa: E402
+from machine import machine, machine_line  # noqa: E402
 
 
 def test_fairseq_text_reads_back_into_the_same_ids(tiny_data, tmp_path):
@@ -54,3 +61,38 @@ def test_fairseq_log_gives_tokens_seconds_and_the_first_loss():
     assert got["first_loss"] == pytest.approx(12.1)
     with pytest.raises(SystemExit, match="fewer than the warmup"):
         bvf.parse_fairseq_log(lines, warmup=3)
+
+
+def side_result(seconds: float) -> dict:
+    """A side's result as its child prints it: two sentences, their best hypotheses."""
+    return {"seconds": seconds, "cpu_seconds": seconds, "sentences": 2, "tokens": 5,
+            "hyps": [[4, 5, 2], [6, 2]]}  # fmt: skip
+
+
+def test_generation_report_and_json_name_the_machine(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bvg, "WORK", tmp_path)
+    monkeypatch.setattr(bvg, "prepare", lambda args: tmp_path / "export" / "checkpoint.pt")
+    monkeypatch.setattr(bvg, "in_child", lambda side, args, extra: side_result(1.0))
+    monkeypatch.setattr(bvg, "fairseq_side", lambda export, beam, batch, n: side_result(2.0))
+    args = argparse.Namespace(threads=torch.get_num_threads(), dry_run=False, beams=[5],
+                              batches=[64], repeats=2, precision="fp32")  # fmt: skip
+    bvg.generate_main(args, [])
+    data = json.loads((tmp_path / "generate-fp32-b5_n64.json").read_text())
+    assert data["machine"]["model"] == machine()["model"]
+    assert capsys.readouterr().out.splitlines()[0] == machine_line(data["machine"])
+    # the figures stay where they were, beside the machine
+    assert set(data) == {"machine", "beam5_batch64"}
+    assert data["beam5_batch64"]["ratio_of_medians"] == pytest.approx(2.0)
+    assert data["beam5_batch64"]["identical_best"] == "2/2"
+
+
+def test_generate_dry_run_prints_the_machine_line_first():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_vs_fairseq.py"), "generate", "--dry-run",
+         "--ckpt", "model.ckpt", "--threads", str(torch.get_num_threads())],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, export = proc.stdout.splitlines()
+    assert first == machine_line()
+    assert export.startswith("export model.ckpt -> ")

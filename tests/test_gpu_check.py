@@ -16,6 +16,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
+sys.path.insert(0, str(ROOT / "bench"))
+from machine import machine, machine_line  # noqa: E402
+
 ROWS = [
     "first-update loss fp32 vs CPU",
     "first-update loss 16-mixed vs CPU",
@@ -74,6 +77,15 @@ def test_dry_run_prints_the_table(dry_run):
     for name in ("train 16-mixed", "big preset 16-mixed", "first-update loss 16-mixed vs CPU"):
         assert rows[name] == "skip"
     assert "all checks passed" in out
+
+
+def test_dry_run_table_names_the_machine_first(dry_run):
+    info = dry_run["json"]["machine"]
+    assert info["model"] == machine()["model"]
+    lines = dry_run["stdout"].splitlines()
+    top = lines.index(machine_line(info))  # the table's first line
+    assert lines[top + 1].startswith("convseq GPU check (DRY RUN")
+    assert lines[top + 2].startswith("device: cpu | CUDA ")
 
 
 def test_dry_run_training_figures(dry_run):
