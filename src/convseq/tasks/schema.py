@@ -119,12 +119,10 @@ class CheckpointConfig:
 
 @dataclass
 class ReportConfig:
-    """The sweep summary (`task=report`, and after every multirun), or a study's report."""
+    """The sweep summary (`task=report`, and after every multirun)."""
 
     test: bool = False  # also list test figures (settings are chosen on validation)
     x: str = "epoch"  # epoch | updates: what sweep_curves.png is drawn against
-    study: bool = False  # sweep_dir is a study folder: write study_report.{md,json} + PNGs
-    refs: str | None = None  # study: test reference file (default: the baseline run's data-bin)
 
 
 @dataclass

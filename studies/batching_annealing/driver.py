@@ -9,15 +9,16 @@ lr, so they run after it. Two drivers (``--queue 1/2`` and ``2/2``) each run the
 then help with the other's; a lock per arm (``<arm>/.study.lock``, released by the kernel when
 its driver dies) keeps two drivers off one arm.
 
-    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 1/2 &
-    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python examples/study.py --queue 2/2 &
-    python examples/study.py --list                      # each arm's state, epochs, lr
-    python examples/study.py --time-epochs 3             # seconds per epoch, quiet machine
-    python run.py task=report sweep_dir=outputs/study report.study=true
+    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python -m studies.batching_annealing.driver --queue 1/2 &
+    OMP_NUM_THREADS=1 CONVSEQ_DATA_ROOT=../shared/data python -m studies.batching_annealing.driver --queue 2/2 &
+    python -m studies.batching_annealing.driver --list             # each arm's state, epochs, lr
+    python -m studies.batching_annealing.driver --time-epochs 3    # seconds per epoch, quiet machine
+    CONVSEQ_DATA_ROOT=../shared/data python -m studies.batching_annealing.report
 
 On CPU with a fixed seed and a fixed thread count an arm's epochs, losses and BLEU do not depend
 on the machine's load, so two queues of one thread each may share two cores; their seconds per
-epoch are measured apart, on a quiet machine (docs/study.md).
+epoch are measured apart, on a quiet machine (docs/study.md). Run it from the project folder
+(``python -m``: the package `studies` is found there).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository: run.py lives here
+ROOT = Path(__file__).resolve().parents[2]  # the project folder: run.py lives here
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def progress(run_dir: Path) -> str:
 
 def first_annealed_epoch(run_dir: Path) -> int:
     """The first epoch trained with an lr below the first epoch's (from summary.json's history)."""
-    from convseq.evaluation.study_runs import anneal_start  # the study report's own rule
+    from .runs import anneal_start  # the study report's own rule
 
     history = json.loads((run_dir / "summary.json").read_text())["history"]
     rows = [row for row in history if "train_epoch/lr" in row]
@@ -183,7 +184,7 @@ def measure_timing(root: Path, epochs: int, dry_run: bool, rounds: int = 3) -> N
     timing: dict[str, object] = {
         "_note": f"medians of {epochs} timed epochs x {rounds} rounds per batching x optimiser, "
         "the groups taken in turn each round, measured apart on a quiet machine "
-        "(examples/study.py --time-epochs); the annealing rule, lr and seed change no work per "
+        "(python -m studies.batching_annealing.driver --time-epochs); the annealing rule, lr and seed change no work per "
         "epoch"
     }
     seconds: dict[tuple[str, ...], tuple[list[float], list[float]]] = {g: ([], []) for g in groups}
@@ -222,7 +223,9 @@ def measure_timing(root: Path, epochs: int, dry_run: bool, rounds: int = 3) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.batching_annealing.driver", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--root", type=Path, default=ROOT / "outputs" / "study")
     parser.add_argument("--queue", default="1/1", help="K/N: run queue K of N (N = 1 or 2)")
     parser.add_argument("--list", action="store_true", help="print every arm's state and stop")

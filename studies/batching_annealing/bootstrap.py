@@ -15,7 +15,8 @@ from pathlib import Path
 
 from convseq.errors import ConvseqError
 from convseq.evaluation.bootstrap import ALPHA, paired_bootstrap, read_lines
-from convseq.evaluation.study_runs import StudyRun
+
+from .runs import StudyRun
 
 __all__ = ["ReferenceLoader", "StudyBootstrap", "references_from_file", "study_bootstrap"]
 
@@ -58,7 +59,7 @@ def study_bootstrap(
         )
         return out
     if references is None:
-        out.note = "no references given (report.refs=FILE, or the baseline's data-bin)"
+        out.note = "no references given (--refs FILE, or the baseline's data-bin)"
         return out
     try:
         refs, out.references = references(baseline.path)
@@ -70,7 +71,7 @@ def study_bootstrap(
     if len(systems[0][1]) != len(refs):
         out.note = (
             f"no bootstrap: {baseline.hypotheses} has {len(systems[0][1])} lines, the references "
-            f"({out.references}) {len(refs)}; pass the right file with report.refs=FILE"
+            f"({out.references}) {len(refs)}; pass the right file with --refs FILE"
         )
         return out
     paths = [str(baseline.hypotheses)]
@@ -103,7 +104,7 @@ def study_bootstrap(
 
 
 def references_from_file(path: str) -> ReferenceLoader:
-    """A `ReferenceLoader` that reads one reference file (``report.refs``)."""
+    """A `ReferenceLoader` that reads one reference file (the report's ``--refs``)."""
 
     def load(_: Path) -> tuple[list[str], str]:
         return read_lines(path), str(path)

@@ -1,4 +1,4 @@
-"""The study report as markdown, rendered from its plain record (`study_report.study_record`).
+"""The study report as markdown, rendered from its plain record (`report.study_record`).
 
 Everything shown here is in `study_report.json` too; this module only formats (None: unknown).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convseq.evaluation.study_effects import CLAIM
+from .effects import CLAIM
 
 __all__ = ["to_markdown"]
 

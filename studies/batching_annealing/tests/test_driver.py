@@ -1,5 +1,6 @@
-"""examples/study.py, the study's driver, without training: which arms are done, interrupted or
-new, the force arm's start epoch read from its lua arm, and the commands it would run."""
+"""The study's driver (`python -m studies.batching_annealing.driver`), without training: which
+arms are done, interrupted or new, the force arm's start epoch read from its lua arm, and the
+commands it would run."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import study  # noqa: E402
+from studies.batching_annealing import driver as study
 
 
 def fake_run(path: Path, lrs: list[float] | None = None, interrupted: bool = False) -> None:
@@ -200,7 +200,7 @@ def test_list_shows_each_arms_epochs_and_lr_from_its_metrics_csv(tmp_path, monke
     (run / "checkpoints" / "last.ckpt").write_bytes(b"x")
     assert study.progress(run) == "2 epochs, lr 0.025"
     assert study.progress(tmp_path / "sen_lua_s1") == ""  # not started
-    monkeypatch.setattr(sys, "argv", ["study.py", "--root", str(tmp_path), "--list"])
+    monkeypatch.setattr(sys, "argv", ["driver.py", "--root", str(tmp_path), "--list"])
     study.main()
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert len(lines) == len(study.ARMS)

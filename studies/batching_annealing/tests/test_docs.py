@@ -1,14 +1,13 @@
-"""examples/study_docs.py: the study report pasted into docs/study.md between its markers."""
+"""The study's docs command (`python -m studies.batching_annealing.docs`): the study report pasted
+into docs/study.md between its markers."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import study_docs  # noqa: E402
+from studies.batching_annealing import docs as study_docs
 
 REPORT = """# Study report: {study}
 
@@ -81,7 +80,7 @@ def test_main_pastes_and_copies_the_figures(tmp_path, monkeypatch, capsys):
     for i, name in enumerate(study_docs.FIGURES):
         (study / name).write_bytes(bytes([i]) * 10)
     doc.write_text(DOC)
-    argv = ["study_docs.py", "--study", str(study), "--doc", str(doc), "--img", str(img)]
+    argv = ["docs.py", "--study", str(study), "--doc", str(doc), "--img", str(img)]
     monkeypatch.setattr(sys, "argv", argv)
     study_docs.main()
     text = doc.read_text()
@@ -93,7 +92,7 @@ def test_main_pastes_and_copies_the_figures(tmp_path, monkeypatch, capsys):
 
 
 def test_main_without_a_report_says_how_to_write_one(tmp_path, monkeypatch):
-    argv = ["study_docs.py", "--study", str(tmp_path), "--doc", str(tmp_path / "d.md")]
+    argv = ["docs.py", "--study", str(tmp_path), "--doc", str(tmp_path / "d.md")]
     monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit, match="report.study=true"):
+    with pytest.raises(SystemExit, match=r"python -m studies\.batching_annealing\.report --study"):
         study_docs.main()

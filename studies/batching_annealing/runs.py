@@ -1,10 +1,10 @@
 """The runs of a study folder, read back: each run's arm and the figures the study report needs.
 
-A study folder (`examples/study.py`, `experiment=multi30k_study`) holds one training run folder
-per arm, `<study>/<arm>/`, each with `.hydra/` (its composed config and overrides),
-`csv/metrics.csv` and, once finished, `summary.json`. Anything else in it (logs, a code
-snapshot, `timing.json`) is not a run and is skipped: runs are the sub-folders that hold
-`.hydra/overrides.yaml`, as for the sweep report.
+A study folder (`python -m studies.batching_annealing.driver`, `experiment=multi30k_study`)
+holds one training run folder per arm, `<study>/<arm>/`, each with `.hydra/` (its composed
+config and overrides), `csv/metrics.csv` and, once finished, `summary.json`. Anything else in it
+(logs, a code snapshot, `timing.json`) is not a run and is skipped: runs are the sub-folders that
+hold `.hydra/overrides.yaml`, as for the sweep report (`convseq.evaluation.report.find_jobs`).
 
 An arm is identified by what its composed config (`.hydra/config.yaml`) says, else by its
 overrides: batching, annealing rule (with force's `anneal.force_anneal` epoch), optimiser,
@@ -295,7 +295,7 @@ def load_study(study_dir: str | os.PathLike) -> tuple[list[StudyRun], list[str]]
     if not paths:
         raise DataError(
             "no run folders (sub-folders with .hydra/overrides.yaml) found; pass the study's "
-            "folder (examples/study.py --root, default outputs/study)",
+            "folder (the driver's --root, default outputs/study)",
             path=str(root),
         )
     timing = read_timing(root)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convseq.evaluation.study_runs import StudyRun
+from .runs import StudyRun
 
 __all__ = [
     "CELLS",

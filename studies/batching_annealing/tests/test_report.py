@@ -28,15 +28,21 @@ import math
 from pathlib import Path
 
 import pytest
+from tests.conftest import compose_config
 
 from convseq.errors import DataError
-from convseq.evaluation.study_effects import Factorial, verdict
-from convseq.evaluation.study_report import STUDY_FILES, study_record, write_study_report
-from convseq.evaluation.study_runs import identify_arm, read_timing
-from convseq.tasks.dispatch import dispatch, to_plain
+from convseq.tasks.dispatch import to_plain
 from convseq.viz.runs import RunCurves
-from convseq.viz.study import ZOOM_BLEU, draw_bleu_minutes, draw_epoch_time_bars, draw_lr_epochs
-from tests.conftest import compose_config
+from studies.batching_annealing import report
+from studies.batching_annealing.effects import Factorial, verdict
+from studies.batching_annealing.figures import (
+    ZOOM_BLEU,
+    draw_bleu_minutes,
+    draw_epoch_time_bars,
+    draw_lr_epochs,
+)
+from studies.batching_annealing.report import STUDY_FILES, study_record, write_study_report
+from studies.batching_annealing.runs import identify_arm, read_timing
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RULE = "lr 2.5e-06 fell below anneal.min_lr 1e-05 (plateau annealing, after epoch {})"
@@ -336,7 +342,7 @@ def test_momentum_rows(study, tmp_path):
 
 
 def test_epoch_counts_read_as_english():
-    from convseq.evaluation.study_effects import _epochs
+    from studies.batching_annealing.effects import _epochs
 
     assert [_epochs(n) for n in (0, 1, 2)] == ["0 epochs", "1 epoch", "2 epochs"]
 
@@ -500,15 +506,12 @@ def test_bar_chart_says_what_hatching_means_only_when_an_arm_is_unfinished():
     assert done.get_suptitle() == "s"
 
 
-# ---------------------------------------------------------------------------- task=report
+# ---------------------------------------------------------------------------- the command
 
 
-def test_task_report_with_report_study(study, tmp_path, capsys):
-    overrides = ["task=report", f"sweep_dir='{study}'", "report.study=true",
-                 f"report.refs='{tmp_path / 'test.en'}'", "compare.n_samples=50"]  # fmt: skip
-    cfg = to_plain(compose_config(overrides, output_dir=str(tmp_path / "out")))
-    assert cfg["report"]["study"] is True
-    files = dispatch(cfg)
+def test_the_report_command_with_a_reference_file(study, tmp_path, capsys):
+    argv = ["--study", str(study), "--refs", str(tmp_path / "test.en"), "--n-samples", "50"]
+    files = report.main(argv)
     out = capsys.readouterr().out
     assert "| tok_lua_s1 | tokens | lua |" in out and "study report written" in out
     record = json.loads(files["json"].read_text())
@@ -517,17 +520,27 @@ def test_task_report_with_report_study(study, tmp_path, capsys):
     assert record["factorial"]["epochs"]["anneal"] == 8.0
 
 
-def test_report_study_defaults_to_off(tmp_path):
+def test_the_primary_config_knows_nothing_of_the_study(tmp_path):
+    """task=report is the sweep report's only: the study's settings are its command's options."""
     cfg = to_plain(compose_config(["task=report"], output_dir=str(tmp_path)))
-    assert cfg["report"]["study"] is False and cfg["report"]["refs"] is None
+    assert "study" not in cfg["report"] and "refs" not in cfg["report"]
+    with pytest.raises(Exception, match="study"):  # the schema refuses the old key
+        compose_config(["task=report", "report.study=true"])
+
+
+def test_the_report_command_names_a_missing_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        report.main(["--study", str(tmp_path / "nowhere"), "--refs", str(tmp_path / "r.txt")])
+    assert exit_info.value.code == 2
+    assert "nowhere: no such study folder; pass --study DIR" in capsys.readouterr().err
 
 
 def test_references_from_the_baseline_runs_databin(tiny_data, tmp_path):
-    """No report.refs: the test references of the data-bin of the baseline's own data settings."""
+    """No --refs: the test references of the data-bin of the baseline's own data settings."""
     import yaml
-
-    from convseq.tasks.report import databin_references
     from tests.training_utils import tiny_config, tiny_databin
+
+    from studies.batching_annealing.references import databin_references
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
@@ -539,3 +552,15 @@ def test_references_from_the_baseline_runs_databin(tiny_data, tmp_path):
     )(run)
     assert refs == tiny_databin(tiny_data).text("test", "tgt") and len(refs) == 40
     assert source.endswith("(test references)")
+
+
+def test_run_paths_are_those_run_py_composes(tmp_path, monkeypatch):
+    """Without --refs the data-bin is looked up where `python run.py` would look."""
+    from studies.batching_annealing.references import run_paths
+
+    monkeypatch.setenv("CONVSEQ_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("CONVSEQ_CACHE", str(tmp_path / "cache"))
+    paths = run_paths()
+    assert paths == {"data_root": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache")}
+    composed = to_plain(compose_config([], output_dir=str(tmp_path)))["paths"]
+    assert paths == {k: composed[k] for k in paths}

@@ -1,19 +1,27 @@
 """The study report: one table row per arm, the decomposition of the extra epochs, plots.
 
-`write_study_report(study_dir)` reads a study folder (`convseq.evaluation.study_runs`: one
-training run folder per arm, `timing.json` optional) and writes into it:
+`write_study_report(study_dir)` reads a study folder (`runs`: one training run folder per arm,
+`timing.json` optional) and writes into it:
 
 - `study_report.md`: the table (per arm: seconds per epoch and where they came from, total
   epochs, total training time, the epoch where annealing started, best valid BLEU and its epoch,
   test BLEU of best.ckpt, the paired bootstrap p-value against the PyTorch-style end point, stop
   reason), the 2x2 decomposition of the extra epochs, momentum, the seed spread and whether
-  "plateau adds 10-15 epochs" holds (`convseq.evaluation.study_effects`);
+  "plateau adds 10-15 epochs" holds (`effects`);
 - `study_report.json`: the same figures and the plotted numbers;
-- `study_bleu_minutes.png`, `study_lr.png`, `study_epochs_time.png` (`convseq.viz.study`).
+- `study_bleu_minutes.png`, `study_lr.png`, `study_epochs_time.png` (`figures`).
 
 An unfinished arm is listed from its `csv/metrics.csv` with its status; parts that need arms the
-folder does not (yet) hold say so. `python run.py task=report sweep_dir=DIR report.study=true`
-runs it (`convseq.tasks.report`).
+folder does not (yet) hold say so. From the project folder:
+
+    python -m studies.batching_annealing.report                     # outputs/study
+    python -m studies.batching_annealing.report --study DIR --refs FILE
+
+The test references of the bootstrap are ``--refs``, else the test references in the data-bin of
+the baseline run's own ``data`` settings (its ``.hydra/config.yaml``), looked up under the data
+root and cache folder that ``python run.py`` would use (``CONVSEQ_DATA_ROOT``,
+``CONVSEQ_CACHE``: see `references`); its settings default to task=compare's (1000 resamples,
+seed 12345, sacreBLEU's 13a tokenizer).
 """
 
 from __future__ import annotations
@@ -25,21 +33,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from convseq.evaluation.study_bootstrap import ReferenceLoader, StudyBootstrap, study_bootstrap
-from convseq.evaluation.study_effects import (
-    factorial,
-    find_arm,
-    momentum_rows,
-    nag_setting,
-    seed_spread,
-    verdict,
-)
-from convseq.evaluation.study_markdown import to_markdown
-from convseq.evaluation.study_runs import TIMING_FILE, StudyRun, load_study
 from convseq.viz.runs import RunCurves
-from convseq.viz.study import plot_study
 
-__all__ = ["STUDY_FILES", "study_record", "write_study_report"]
+from .bootstrap import ReferenceLoader, StudyBootstrap, study_bootstrap
+from .effects import factorial, find_arm, momentum_rows, nag_setting, seed_spread, verdict
+from .figures import plot_study
+from .markdown import to_markdown
+from .runs import TIMING_FILE, StudyRun, load_study
+
+__all__ = ["STUDY_FILES", "main", "study_record", "write_study_report"]
 
 STUDY_FILES = {
     "markdown": "study_report.md",
@@ -166,7 +168,7 @@ def write_study_report(
     Args:
         study_dir: the study folder, one run folder per arm (`timing.json` optional).
         references: loads the test references given the baseline's run folder (see
-            `convseq.evaluation.study_bootstrap`); None: no bootstrap.
+            `bootstrap`; `references.databin_references`); None: no bootstrap.
         output_dir: where to write (default: `study_dir`).
         plot: write the three PNGs.
         n_samples, seed, tokenize: the paired bootstrap's resamples, seed and sacreBLEU
@@ -200,3 +202,57 @@ def write_study_report(
     _write(files["markdown"], to_markdown(record))
     _write(files["json"], json.dumps(record, indent=2) + "\n")
     return files
+
+
+def main(argv: list[str] | None = None) -> dict[str, Path]:
+    """The command line (see the module docstring): write the report, print it and its files."""
+    import argparse
+    import sys
+
+    from convseq.errors import ConvseqError, DataError
+
+    from .bootstrap import references_from_file
+    from .references import databin_references, run_paths
+
+    root = Path(__file__).resolve().parents[2]  # the project folder
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.batching_annealing.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--study", type=Path, default=root / "outputs" / "study", help="the study folder"
+    )
+    parser.add_argument(
+        "--refs",
+        help="the test reference file of the paired bootstrap (default: the test references in "
+        "the data-bin of the baseline run's own data settings)",
+    )
+    parser.add_argument("--n-samples", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=12345, help="the bootstrap's seed (>= 1)")
+    parser.add_argument("--tokenize", default="13a", help="sacreBLEU's tokenizer")
+    parser.add_argument("--output", type=Path, help="where to write (default: the study folder)")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG")
+    args = parser.parse_args(argv)
+    references = references_from_file(args.refs) if args.refs else databin_references(run_paths())
+    try:
+        if not args.study.is_dir():  # the sweep report's own message names sweep_dir=
+            raise DataError("no such study folder; pass --study DIR (the driver's --root)",
+                            path=str(args.study))  # fmt: skip
+        files = write_study_report(
+            args.study,
+            references=references,
+            output_dir=args.output,
+            plot=not args.no_plots,
+            n_samples=args.n_samples,
+            seed=args.seed,
+            tokenize=args.tokenize,
+        )
+    except ConvseqError as e:  # bad input: one clear line, as `python run.py` prints it
+        print(f"convseq: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    print(files["markdown"].read_text(), end="")
+    print(f"convseq: study report written: {', '.join(str(p) for p in files.values())}")
+    return files
+
+
+if __name__ == "__main__":
+    main()

@@ -1,13 +1,13 @@
 """Copy the study's report into docs/study.md: the table, decomposition and plots, as written.
 
-`python run.py task=report sweep_dir=outputs/study report.study=true` writes
-`outputs/study/study_report.md` and three PNGs. This script puts that report's body between the
+`python -m studies.batching_annealing.report` writes `outputs/study/study_report.md` and three
+PNGs. This script puts that report's body between the
 two marker lines of docs/study.md (its headings two levels down, under "### The report"; its own
 title and image lines left out, since docs/study.md shows the figures itself), turns the study
 folder's absolute path into the relative one, and copies the PNGs into docs/img/:
 
-    python examples/study_docs.py                          # outputs/study -> docs/study.md
-    python examples/study_docs.py --study outputs/study --doc docs/study.md --img docs/img
+    python -m studies.batching_annealing.docs              # outputs/study -> docs/study.md
+    python -m studies.batching_annealing.docs --study outputs/study --doc docs/study.md --img docs/img
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import shutil
 from pathlib import Path
 
-from convseq.evaluation.study_report import STUDY_FILES
+from .report import STUDY_FILES
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository
+ROOT = Path(__file__).resolve().parents[2]  # the project folder
 START, END = "<!-- study_report.md -->", "<!-- /study_report.md -->"
-# the report's own file names (task=report writes them), so a renamed figure cannot go stale here
+# the report's own file names (its command writes them), so a renamed figure cannot go stale here
 FIGURES = tuple(STUDY_FILES[kind] for kind in ("bleu", "lr", "bars"))
 
 
@@ -59,7 +59,9 @@ def paste(doc: str, body: str, doc_name: str = "docs/study.md") -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m studies.batching_annealing.docs", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--study", type=Path, default=ROOT / "outputs" / "study")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "study.md")
     parser.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
@@ -68,7 +70,7 @@ def main() -> None:
     if not report.is_file():
         raise SystemExit(
             f"{report}: no study report; write it first with "
-            f"python run.py task=report sweep_dir={args.study} report.study=true"
+            f"python -m studies.batching_annealing.report --study {args.study}"
         )
     missing = [name for name in FIGURES if not (args.study / name).is_file()]
     if missing:
