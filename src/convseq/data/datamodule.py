@@ -16,12 +16,13 @@ from dataclasses import asdict
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from convseq.common.distributed import rank_and_world
+from convseq.common.plain import to_plain
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.config import BatchingConfig
 from convseq.data.databin import DataBin
@@ -30,11 +31,6 @@ from convseq.data.preprocess import as_data_config, prepare_databin
 from convseq.errors import DataError
 
 SPLITS = ("train", "valid", "test")
-
-
-def _plain(value: Any) -> Any:
-    """Plain Python containers from a DictConfig (hparams must never hold OmegaConf objects)."""
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
 
 
 def batching_config(batching: Mapping | BatchingConfig) -> BatchingConfig:
@@ -91,7 +87,7 @@ class TranslationDataModule(pl.LightningDataModule):
         predict_split: str = "test",
     ):
         super().__init__()
-        data, batching = _plain(data), _plain(batching)
+        data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
         if isinstance(batching, BatchingConfig):
             batching = asdict(batching)
         self.save_hyperparameters()
@@ -235,12 +231,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def rank_and_world(self) -> tuple[int, int]:
         """(rank, world size): from the attached Trainer, else torch.distributed, else (0, 1)."""
-        trainer = self._trainer_or_none()
-        if trainer is not None:
-            return int(trainer.global_rank), int(trainer.world_size)
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        return 0, 1
+        return rank_and_world(self._trainer_or_none())
 
     def _trainer_or_none(self) -> pl.Trainer | None:
         return getattr(self, "trainer", None)

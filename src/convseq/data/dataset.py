@@ -32,12 +32,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from convseq.common.specials import EOS_ID, PAD_ID
 from convseq.data.batching import decode_index
 from convseq.data.indexed import TokenArray
 from convseq.errors import DataError
-
-PAD_ID = 1
-EOS_ID = 2
 
 
 @dataclass

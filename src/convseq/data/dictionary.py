@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from convseq.common.specials import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 from convseq.errors import DataError
-
-BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
 
 
 class Dictionary:
@@ -209,7 +208,7 @@ class Dictionary:
     @classmethod
     def from_list(cls, symbols: Sequence[str]) -> Dictionary:
         """Rebuild from `to_list()`; the first four symbols must be the specials."""
-        if list(symbols[:4]) != [BOS, PAD, EOS, UNK]:
+        if tuple(symbols[:4]) != SPECIAL_SYMBOLS:
             raise DataError(
                 f"vocabulary must start with {BOS} {PAD} {EOS} {UNK}, got {symbols[:4]}"
             )

@@ -27,6 +27,7 @@ from filelock import FileLock, Timeout
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from convseq.common.plain import to_plain
 from convseq.data.binarize import (
     build_databin,
     content_settings,
@@ -53,7 +54,7 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
     if isinstance(data_cfg, DataConfig):
         container = OmegaConf.structured(data_cfg)
     elif isinstance(data_cfg, DictConfig):
-        container = OmegaConf.to_container(data_cfg, resolve=True)
+        container = to_plain(data_cfg)
     elif isinstance(data_cfg, Mapping):
         container = dict(data_cfg)
     else:

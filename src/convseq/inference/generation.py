@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from convseq.common.distributed import rank_and_world
 from convseq.data.batching import TokenBatchSampler
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
@@ -36,7 +37,7 @@ from convseq.inference.options import GenOptions
 from convseq.inference.precision import device_type
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import best_texts, in_input_order
-from convseq.inference.sharding import BatchList, gather_objects, rank_and_world, shard
+from convseq.inference.sharding import BatchList, gather_objects, shard
 from convseq.inference.translator import Translator
 
 log = logging.getLogger(__name__)

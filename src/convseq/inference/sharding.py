@@ -16,15 +16,9 @@ from typing import Any, TypeVar
 
 import torch.distributed as dist
 
+from convseq.common.distributed import rank_and_world
+
 T = TypeVar("T")
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(this process' rank, the number of processes) of the default process group; (0, 1)
-    when no distributed run is going on."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def shard(items: Sequence[T], rank: int, world: int) -> list[T]:

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
 
 
@@ -47,7 +48,7 @@ def as_fconv_config(cfg: FConvConfig | DictConfig | Mapping[str, Any]) -> FConvC
     if isinstance(cfg, FConvConfig):
         return cfg
     if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
+        cfg = to_plain(cfg)
     if not isinstance(cfg, Mapping):
         raise ModelConfigError(
             f"model config: expected an FConvConfig, a DictConfig or a dict, got {type(cfg)}"

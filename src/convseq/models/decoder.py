@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convseq.common.specials import PAD_ID
 from convseq.models.config import ModelConfigError
 from convseq.models.encoder import EncoderOut
 from convseq.models.spec import LayerSpec
@@ -53,7 +54,7 @@ class FConvDecoder(nn.Module):
         dropout: float,
         max_positions: int = 1024,
         share_embed: bool = False,
-        padding_idx: int = 1,
+        padding_idx: int = PAD_ID,
     ):
         super().__init__()
         # fairseq's state-dict version: 2 = conv weight norm over the output channels (dim 2)

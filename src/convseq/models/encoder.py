@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convseq.common.specials import PAD_ID
 from convseq.models.spec import LayerSpec
 from convseq.modules.fconv_init import conv_tbc, embedding, linear, positional_embedding
 from convseq.modules.grad_multiply import grad_multiply
@@ -37,7 +38,7 @@ class FConvEncoder(nn.Module):
         layers: Sequence[LayerSpec],
         dropout: float,
         max_positions: int = 1024,
-        padding_idx: int = 1,
+        padding_idx: int = PAD_ID,
     ):
         super().__init__()
         self.dropout = dropout

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.nn.utils import parametrize
 
+from convseq.common.specials import PAD_ID
 from convseq.models.config import FConvConfig, as_fconv_config
 from convseq.models.decoder import FConvDecoder
 from convseq.models.encoder import EncoderOut, FConvEncoder
@@ -42,7 +43,7 @@ class FConvModel(nn.Module):
         cfg: FConvConfig | DictConfig | Mapping[str, Any],
         src_vocab_size: int,
         tgt_vocab_size: int,
-        padding_idx: int = 1,
+        padding_idx: int = PAD_ID,
     ) -> FConvModel:
         """Build a freshly initialised model.
 

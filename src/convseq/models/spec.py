@@ -28,8 +28,7 @@ import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
+from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
 
 LayerSpec = tuple[int, int, int]  # (out_channels, kernel_width, residual)
@@ -39,13 +38,6 @@ MAX_LAYERS = 1000  # a bound on repeats, so a typo like `* 10**9` fails fast ins
 
 class SpecError(ConvseqError, ValueError):
     """A layer or attention specification in the model config is malformed."""
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers to plain Python (P14: ListConfig must not leak into the model)."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
 
 
 def _is_int(x: Any) -> bool:
@@ -141,7 +133,7 @@ def parse_layers(value: Any, key: str = "encoder_layers") -> tuple[LayerSpec, ..
     Raises:
         SpecError: naming the key, the offending item and the expected form.
     """
-    value = _plain(value)
+    value = to_plain(value)  # a ListConfig must not leak into the model
     if isinstance(value, str):
         value = _safe_literal(value, key)
     if not isinstance(value, Sequence) or isinstance(value, str):
@@ -185,7 +177,7 @@ def parse_attention(
     Raises:
         SpecError: on a non-bool entry or a list whose length is not ``num_layers``.
     """
-    value = _plain(value)
+    value = to_plain(value)
     if isinstance(value, str):
         lowered = value.strip().lower()
         if lowered in ("true", "false"):

@@ -46,8 +46,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from convseq.common.plain import to_plain
 from convseq.errors import CheckpointError
-from convseq.optim.build import OptimConfigError, number, plain_config
+from convseq.optim.build import OptimConfigError, number
 
 STRATEGIES = ("plateau", "force", "lua", "none")
 
@@ -77,7 +78,7 @@ class Annealer:
     """
 
     def __init__(self, anneal_cfg: Mapping[str, Any] | DictConfig, lr: float) -> None:
-        cfg = plain_config(anneal_cfg)
+        cfg = dict(to_plain(anneal_cfg) or {})
         self.name: str = cfg.get("name", "plateau")
         if self.name not in STRATEGIES:
             raise OptimConfigError(

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
 from convseq.optim.nag import NAG
 
@@ -16,15 +17,6 @@ OPTIMIZERS = ("nag", "sgd", "adam")
 
 class OptimConfigError(ConvseqError, ValueError):
     """The optim or anneal configuration names an unknown choice or holds a bad value."""
-
-
-def plain_config(cfg: Mapping[str, Any] | DictConfig | None) -> dict[str, Any]:
-    """A plain dict from a DictConfig, a mapping or None (resolving interpolations)."""
-    if cfg is None:
-        return {}
-    if isinstance(cfg, DictConfig):
-        return dict(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
-    return dict(cfg)
 
 
 def number(cfg: Mapping[str, Any], group: str, key: str, default: float, minimum: float) -> float:
@@ -61,7 +53,7 @@ def build_optimizer(
     Raises:
         OptimConfigError: an unknown ``optim.name`` or a bad value, named by its key.
     """
-    cfg = plain_config(optim_cfg)
+    cfg = dict(to_plain(optim_cfg) or {})
     name = cfg.get("name", "nag")
     if name not in OPTIMIZERS:
         raise OptimConfigError(

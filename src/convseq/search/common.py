@@ -16,8 +16,7 @@ from typing import Any, Protocol, TypedDict, runtime_checkable
 import torch
 from torch import nn
 
-# fairseq's dictionary convention (convseq.data.dictionary): <s> 0, <pad> 1, </s> 2, <unk> 3
-BOS, PAD, EOS, UNK = 0, 1, 2, 3
+from convseq.common.specials import EOS_ID, PAD_ID, UNK_ID
 
 # the phases a search reports to its timer, in the order a step runs them:
 # encoder; decoder (the step's decoder call, log-softmax included); candidates (masking,
@@ -83,9 +82,9 @@ class IncrementalDecoderModel:
     def __init__(self, model: nn.Module):
         self.model = model
         decoder = model.decoder
-        self.pad = int(getattr(decoder, "padding_idx", PAD))
-        self.eos = EOS
-        self.unk = UNK
+        self.pad = int(getattr(decoder, "padding_idx", PAD_ID))
+        self.eos = EOS_ID
+        self.unk = UNK_ID
         normalizer = getattr(model, "get_normalized_probs", None) or getattr(
             decoder, "get_normalized_probs", None
         )

@@ -11,17 +11,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
 from convseq.tasks.schema import TASKS
 
-
-def to_plain(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Resolve every interpolation and return plain dicts/lists (never OmegaConf objects)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # type: ignore[return-value]
-    return cfg
+# to_plain is convseq.common.plain's, importable here too (scripts and notebooks use it)
+__all__ = ["TASK_MODULES", "dispatch", "task_function", "to_plain"]
 
 
 # task= value -> the module of convseq.tasks that runs it (its run_<task> function). Imported

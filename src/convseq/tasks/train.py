@@ -41,6 +41,7 @@ from convseq.checkpoints.io import (
     remove_stale_temps,
     resolve_resume,
 )
+from convseq.common.plain import to_plain
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
@@ -56,7 +57,6 @@ from convseq.training.build import (
     stop_reason,
 )
 from convseq.training.callbacks import TrainingInterrupted
-from convseq.training.figures import plain
 from convseq.training.intervals import validation_interval
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
@@ -91,7 +91,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     """Train (or continue training) the model `cfg` describes; see the module docstring.
 
     Args:
-        cfg: the resolved config as plain dicts (`convseq.tasks.dispatch.to_plain`).
+        cfg: the resolved config as plain dicts (`convseq.common.plain.to_plain`).
         callbacks: extra Lightning callbacks, called after convseq's own (except checkpointing,
             which Lightning always calls last).
 
@@ -101,7 +101,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     Raises:
         ConvseqError: bad data, settings or checkpoints, with a message naming them.
     """
-    cfg = plain(cfg)
+    cfg = to_plain(cfg)
     t_start = time.perf_counter()
     # Epoch-level figures are already summed over DDP ranks before they are logged.
     warnings.filterwarnings(

@@ -21,8 +21,9 @@ import torch.distributed as dist
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
 
+from convseq.common.distributed import rank_and_world
 from convseq.errors import NonFiniteError
-from convseq.inference.sharding import gather_objects, rank_and_world
+from convseq.inference.sharding import gather_objects
 from convseq.optim.anneal import Annealer
 
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig, OmegaConf
 
 LN2 = math.log(2.0)
 
@@ -21,13 +20,6 @@ NUM_SUMS = 5
 # Per epoch, two more: the sum of gradient norms and the number of clipped updates.
 GNORM, CLIPPED = 5, 6
 NUM_EPOCH_SUMS = 7
-
-
-def plain(value: Any) -> Any:
-    """Plain Python containers from OmegaConf objects (hyperparameters must never hold them)."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
 
 
 def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:

@@ -36,6 +36,7 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.checkpoints.io import is_refused, read_error
+from convseq.common.plain import to_plain
 from convseq.errors import CheckpointError
 from convseq.inference.loading import TEXT_KEY, build_model
 from convseq.inference.translator import Translator, translator_of
@@ -52,7 +53,6 @@ from convseq.training.figures import (
     epoch_figures,
     figures,
     on_device,
-    plain,
     update_figures,
 )
 from convseq.training.nonfinite import non_finite_error
@@ -80,9 +80,9 @@ class ConvSeqModule(pl.LightningModule):
         criterion: Mapping[str, Any] | None = None,
     ):
         super().__init__()
-        model = dict(plain(model))
-        optim = dict(plain(optim) or {"name": "nag"})
-        criterion = dict(plain(criterion) or {})
+        model = dict(to_plain(model))
+        optim = dict(to_plain(optim) or {"name": "nag"})
+        criterion = dict(to_plain(criterion) or {})
         src_vocab = [str(s) for s in src_vocab]
         tgt_vocab = [str(s) for s in tgt_vocab]
         # Not sent to loggers: the vocabularies would flood hparams.yaml.

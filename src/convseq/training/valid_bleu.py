@@ -16,11 +16,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from convseq.common.distributed import rank_and_world
 from convseq.errors import DataError
 from convseq.evaluation.scores import Scores, corpus_scores
 from convseq.inference.generation import translate_split
 from convseq.inference.options import GenOptions
-from convseq.inference.sharding import broadcast_object, rank_and_world
+from convseq.inference.sharding import broadcast_object
 from convseq.inference.translator import translator_of
 
 VALID_BLEU = "valid/bleu"

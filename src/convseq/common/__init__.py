@@ -1,0 +1,1 @@
+"""What every layer may share: plain configs, the special-token ids, this process's rank."""
