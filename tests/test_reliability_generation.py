@@ -19,8 +19,7 @@ import torch
 
 from convseq.data.databin import DataBin
 from convseq.data.dictionary import Dictionary
-from convseq.data.subword import train_sentencepiece
-from convseq.inference.loading import text_processing
+from convseq.data.subword import text_processing, train_sentencepiece
 from convseq.inference.options import GenerationError
 from convseq.inference.translator import Translator
 from convseq.search import beam_search, greedy, reference_beam_search

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from convseq.checkpoints.io import TEXT_KEY
 from convseq.data.dictionary import Dictionary
-from convseq.data.subword import train_sentencepiece
-from convseq.inference.loading import TEXT_KEY, segmenters, text_processing
+from convseq.data.subword import segmenters, text_processing, train_sentencepiece
 from convseq.inference.options import GenOptions
 from convseq.inference.translator import Translator
 from convseq.search import beam_search

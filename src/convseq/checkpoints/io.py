@@ -33,6 +33,9 @@ CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 BEST = "best.ckpt"
 CRASH = "crash.ckpt"  # the state at a non-finite loss or gradient (never resumed from by default)
+# A convseq checkpoint's entry for the segmentation of its training data
+# (`convseq.data.subword.text_processing`): raw text translates from the checkpoint alone.
+TEXT_KEY = "convseq_text"
 # Temporary files of atomic_torch_save: .<name>.<pid>.<8 hex>.tmp
 _TEMP = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$")
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from convseq.data.dictionary import Dictionary
 from convseq.data.indexed import TokenArray
-from convseq.data.subword import Segmenter
+from convseq.data.subword import Segmenter, text_processing
 from convseq.errors import DataError
 
 FORMAT_VERSION = 1
@@ -113,6 +113,12 @@ class DataBin:
             model = self.meta["subword"].get("models", {}).get(lang)
             self._segmenters[lang] = Segmenter.load(self.path / model if model else None)
         return self._segmenters[lang]
+
+    def text_processing(self) -> dict:
+        """The checkpoints' segmentation entry of this data (`convseq.data.subword.text_processing`)."""
+        return text_processing(
+            self.src_lang, self.tgt_lang, self.segmenter("src"), self.segmenter("tgt")
+        )
 
     def encode(self, text: str, side: str = "src") -> np.ndarray:
         """Ids of raw text as preprocessing would binarise it: stripped, segmented, EOS appended."""

@@ -3,15 +3,20 @@
 A `Segmenter` turns a stripped line into a list of token strings and back. The sentencepiece
 model emits pieces as strings; convseq's own `Dictionary` then maps pieces to ids, so the
 dictionary stays in fairseq's dict.txt format whatever the segmentation.
+
+convseq checkpoints carry the segmentation of their training data (`text_processing`, saved
+under `convseq.checkpoints.io.TEXT_KEY`; read back by `segmenters`), so that raw text can be
+translated from the checkpoint alone, without the data-bin.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from itertools import chain, islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
@@ -45,6 +50,16 @@ class Segmenter:
                 path=str(path),
             ) from e
 
+    @classmethod
+    def from_proto(cls, proto: bytes | None, num_threads: int = 2) -> Segmenter:
+        """A Segmenter from a serialized sentencepiece model (None: whitespace tokens)."""
+        model = None if proto is None else spm.SentencePieceProcessor(model_proto=proto)
+        return cls(model, num_threads)
+
+    def to_proto(self) -> bytes | None:
+        """The serialized sentencepiece model, or None for whitespace tokens."""
+        return None if self.model is None else bytes(self.model.serialized_model_proto())
+
     def segment(self, line: str) -> list[str]:
         """The tokens of one (stripped) line."""
         if self.model is None:
@@ -65,13 +80,30 @@ class Segmenter:
 
     def __getstate__(self) -> dict:
         # A SentencePieceProcessor is a C++ object: ship its serialized model to worker processes.
-        proto = self.model.serialized_model_proto() if self.model is not None else None
-        return {"proto": proto, "num_threads": self.num_threads}
+        return {"proto": self.to_proto(), "num_threads": self.num_threads}
 
     def __setstate__(self, state: dict) -> None:
         self.num_threads = state["num_threads"]
-        proto = state["proto"]
-        self.model = spm.SentencePieceProcessor(model_proto=proto) if proto is not None else None
+        self.model = Segmenter.from_proto(state["proto"]).model
+
+
+def text_processing(src_lang: str, tgt_lang: str, src: Segmenter, tgt: Segmenter) -> dict:
+    """A checkpoint's segmentation entry: languages and serialized sentencepiece models (or None).
+
+    Plain values and bytes only, so checkpoints stay loadable with ``weights_only=True``.
+    """
+    return {
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "src_spm": src.to_proto(),
+        "tgt_spm": tgt.to_proto(),
+    }
+
+
+def segmenters(info: Mapping[str, Any] | None) -> tuple[Segmenter, Segmenter]:
+    """(source, target) segmenters of a `text_processing` entry; whitespace when absent."""
+    info = info or {}
+    return Segmenter.from_proto(info.get("src_spm")), Segmenter.from_proto(info.get("tgt_spm"))
 
 
 def sample_sentences(

@@ -40,10 +40,10 @@ from torch import nn
 from convseq.data.batching import TokenBatchSampler
 from convseq.data.dataset import LanguagePairDataset
 from convseq.data.dictionary import Dictionary
-from convseq.data.subword import Segmenter
+from convseq.data.subword import Segmenter, segmenters
 from convseq.errors import CheckpointError
 from convseq.inference.ensemble import EnsembleModel
-from convseq.inference.loading import load_any, segmenters
+from convseq.inference.loading import load_any
 from convseq.inference.options import (
     DEFAULT_MAX_TOKENS,
     GenerationError,

@@ -46,7 +46,6 @@ from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
-from convseq.inference.loading import databin_text_processing
 from convseq.inference.records import write_hypotheses
 from convseq.training.build import (
     build_callbacks,
@@ -124,7 +123,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
     module = build_module(cfg, databin)
     # the data's segmentation travels in the checkpoints: raw text translates without the data
-    module.text_processing = databin_text_processing(databin)
+    module.text_processing = databin.text_processing()
 
     last_step = -1
     if resume is not None:

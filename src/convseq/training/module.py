@@ -35,11 +35,12 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from convseq.checkpoints.io import is_refused, read_error
+from convseq.checkpoints.io import TEXT_KEY, is_refused, read_error
 from convseq.common.plain import to_plain
+from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
-from convseq.inference.loading import TEXT_KEY, build_model
 from convseq.inference.translator import Translator, translator_of
+from convseq.models.fconv import FConvModel
 from convseq.optim.build import build_optimizer
 from convseq.training.amp import check_loss_scale
 from convseq.training.criterion import LabelSmoothedCrossEntropy
@@ -87,8 +88,12 @@ class ConvSeqModule(pl.LightningModule):
         tgt_vocab = [str(s) for s in tgt_vocab]
         # Not sent to loggers: the vocabularies would flood hparams.yaml.
         self.save_hyperparameters(logger=False)
-        self.model, self.src_dict, self.tgt_dict = build_model(model, src_vocab, tgt_vocab)
+        self.src_dict, self.tgt_dict = (
+            Dictionary.from_list(src_vocab),
+            Dictionary.from_list(tgt_vocab),
+        )
         pad = self.tgt_dict.pad()
+        self.model = FConvModel.build(model, len(self.src_dict), len(self.tgt_dict), pad)
         self.criterion = LabelSmoothedCrossEntropy.from_config(criterion, padding_idx=pad)
 
         # Figures of the update being accumulated, of the current epoch, and of the last update.
@@ -112,7 +117,7 @@ class ConvSeqModule(pl.LightningModule):
         self.test_figures: dict[str, float] = {}
         # Extra validation figures set by callbacks before on_validation_epoch_end (valid/bleu).
         self.valid_extra: dict[str, float] = {}
-        # The training data's segmentation (convseq.inference.loading.text_processing), kept in checkpoints
+        # The training data's segmentation (convseq.data.subword.text_processing), kept in checkpoints
         # so that raw text can be translated from the checkpoint alone.
         self.text_processing: dict | None = None
         self._last_batch: dict | None = None
