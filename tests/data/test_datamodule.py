@@ -13,8 +13,9 @@ from omegaconf import OmegaConf
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 from convseq.data.batching import match_max_sentences
-from convseq.data.datamodule import BatchEpochCallback, TranslationDataModule
+from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import DataError
+from convseq.training.callbacks import BatchEpochCallback
 from tests.conftest import compose_config
 
 TOKENS = {"max_tokens": 120, "required_batch_size_multiple": 1, "max_tokens_valid": 200}

@@ -1,11 +1,11 @@
 """`TranslationDataModule`: data-bin preparation, datasets, token-budget batches, data loaders.
 
-Run it under `Trainer(use_distributed_sampler=False, callbacks=[BatchEpochCallback(), ...])`:
-the batch sampler shards the batches over DDP ranks itself (Lightning's sampler injection would
-break fairseq's "sort, pack, then shuffle batches" order), and Lightning never calls a batch
-sampler's own `set_epoch`, so the callback does (and counts the batches trained on, so that a
-checkpoint taken mid-epoch resumes at the next batch; the train loader's state, saved by
-Lightning, is its sampler's `state_dict`).
+Run it under `Trainer(use_distributed_sampler=False, callbacks=[BatchEpochCallback(), ...])`
+(`convseq.training.callbacks.BatchEpochCallback`): the batch sampler shards the batches over DDP
+ranks itself (Lightning's sampler injection would break fairseq's "sort, pack, then shuffle
+batches" order), and Lightning never calls a batch sampler's own `set_epoch`, so the callback does
+(and counts the batches trained on, so that a checkpoint taken mid-epoch resumes at the next
+batch; the train loader's state, saved by Lightning, is its sampler's `state_dict`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
 
 import pytorch_lightning as pl
 from omegaconf import OmegaConf
@@ -31,6 +30,9 @@ from convseq.data.preprocess import as_data_config, prepare_databin
 from convseq.errors import DataError
 
 SPLITS = ("train", "valid", "test")
+# Set (True) on the Trainer callback that sets the train batch sampler's epoch and counts its
+# batches (convseq.training.callbacks.BatchEpochCallback); without one the data module warns.
+DRIVES_BATCH_SAMPLER = "drives_batch_sampler"
 
 
 def batching_config(batching: Mapping | BatchingConfig) -> BatchingConfig:
@@ -136,11 +138,11 @@ class TranslationDataModule(pl.LightningDataModule):
             progress = getattr(getattr(trainer, "fit_loop", None), "epoch_progress", None)
             epoch = progress.current.processed if progress is not None else trainer.current_epoch
             sampler.set_epoch(epoch)
-            if not any(isinstance(cb, BatchEpochCallback) for cb in trainer.callbacks):
+            if not any(getattr(cb, DRIVES_BATCH_SAMPLER, False) for cb in trainer.callbacks):
                 warnings.warn(
                     "TranslationDataModule: no BatchEpochCallback among the Trainer's callbacks: "
                     "the batch order will not change between epochs and a mid-epoch checkpoint "
-                    "will not resume at the right batch; add convseq.data.datamodule."
+                    "will not resume at the right batch; add convseq.training.callbacks."
                     "BatchEpochCallback()",
                     stacklevel=2,
                 )
@@ -252,55 +254,8 @@ class TranslationDataModule(pl.LightningDataModule):
         )
 
 
-def _train_samplers(trainer: pl.Trainer) -> list[TokenBatchSampler]:
-    """The TokenBatchSamplers behind the trainer's train loader(s)."""
-    found: list[TokenBatchSampler] = []
-
-    def visit(obj: Any) -> None:
-        if isinstance(obj, DataLoader):
-            sampler = getattr(obj, "batch_sampler", None)
-            sampler = getattr(sampler, "_batch_sampler", sampler)  # Lightning's index wrapper
-            if isinstance(sampler, TokenBatchSampler):
-                found.append(sampler)
-        elif isinstance(obj, Mapping):
-            for v in obj.values():
-                visit(v)
-        elif isinstance(obj, (list, tuple)):
-            for v in obj:
-                visit(v)
-
-    visit(trainer.train_dataloader)
-    return found
-
-
-class BatchEpochCallback(pl.Callback):
-    """Tells the train batch sampler the epoch, and counts the batches trained on.
-
-    Lightning calls `set_epoch` only on `loader.sampler` and `loader.batch_sampler.sampler`,
-    never on the batch sampler itself, so without this the batch order would repeat every epoch.
-    Counting finished batches (not yielded ones, which run ahead when workers prefetch) makes a
-    checkpoint taken mid-epoch resume at the next batch; this runs before ModelCheckpoint's hook,
-    which Lightning always orders last.
-    """
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        for sampler in _train_samplers(trainer):
-            sampler.set_epoch(trainer.current_epoch)
-
-    def on_train_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        for sampler in _train_samplers(trainer):
-            sampler.advance()
-
-
 __all__ = [
-    "BatchEpochCallback",
+    "DRIVES_BATCH_SAMPLER",
     "ResumableDataLoader",
     "TranslationDataModule",
     "batching_config",

@@ -16,11 +16,12 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
 
 from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
 from convseq.data.databin import DataBin
-from convseq.data.datamodule import BatchEpochCallback, TranslationDataModule
+from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import CheckpointError
 from convseq.training.amp import precision_plugins
 from convseq.training.callbacks import (
     AnnealingCallback,
+    BatchEpochCallback,
     CrashCheckpoint,
     EpochCheckpoint,
     MaxUpdateCallback,

@@ -1,4 +1,5 @@
-"""Training callbacks: annealing, update limit, RNG state, SIGTERM/SIGINT, checkpoints.
+"""Training callbacks: the batch order, annealing, update limit, RNG state, SIGTERM/SIGINT,
+checkpoints.
 
 Each callback that ends training records why in `stop_reason` (and logs it), so that the run's
 summary can say which limit fired. State that a resumed run needs (the annealer, the RNG) is
@@ -20,11 +21,65 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_info
+from torch.utils.data import DataLoader
 
 from convseq.common.distributed import rank_and_world
+from convseq.data.batching import TokenBatchSampler
 from convseq.errors import NonFiniteError
 from convseq.inference.sharding import gather_objects
 from convseq.optim.anneal import Annealer
+
+
+def _train_samplers(trainer: pl.Trainer) -> list[TokenBatchSampler]:
+    """The TokenBatchSamplers behind the trainer's train loader(s)."""
+    found: list[TokenBatchSampler] = []
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, DataLoader):
+            sampler = getattr(obj, "batch_sampler", None)
+            sampler = getattr(sampler, "_batch_sampler", sampler)  # Lightning's index wrapper
+            if isinstance(sampler, TokenBatchSampler):
+                found.append(sampler)
+        elif isinstance(obj, Mapping):
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                visit(v)
+
+    visit(trainer.train_dataloader)
+    return found
+
+
+class BatchEpochCallback(pl.Callback):
+    """Tells the train batch sampler the epoch, and counts the batches trained on.
+
+    `convseq.data.datamodule.TranslationDataModule` needs it among the Trainer's callbacks
+    (it warns without one: the `DRIVES_BATCH_SAMPLER` flag).
+
+    Lightning calls `set_epoch` only on `loader.sampler` and `loader.batch_sampler.sampler`,
+    never on the batch sampler itself, so without this the batch order would repeat every epoch.
+    Counting finished batches (not yielded ones, which run ahead when workers prefetch) makes a
+    checkpoint taken mid-epoch resume at the next batch; this runs before ModelCheckpoint's hook,
+    which Lightning always orders last.
+    """
+
+    drives_batch_sampler = True  # convseq.data.datamodule.DRIVES_BATCH_SAMPLER
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        for sampler in _train_samplers(trainer):
+            sampler.set_epoch(trainer.current_epoch)
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        for sampler in _train_samplers(trainer):
+            sampler.advance()
 
 
 def _set_lr(trainer: pl.Trainer, lr: float) -> None:
