@@ -96,6 +96,28 @@ def test_setup_exposes_databin_and_dictionaries(tiny):
     assert (batch["net_input"]["prev_output_tokens"][:, 0] == dm.tgt_dict.eos()).all()
 
 
+def test_a_data_module_given_its_data_bin_prepares_nothing(tiny, tmp_path, monkeypatch):
+    prepared = make_dm(tiny)
+    prepared.setup("fit")
+    databin = prepared.databin
+    assert databin.text_processing() == {
+        "src_lang": "xx",
+        "tgt_lang": "yy",
+        "src_spm": None,
+        "tgt_spm": None,
+    }
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the data-bin was prepared again")
+
+    monkeypatch.setattr("convseq.data.datamodule.prepare_databin", fail)
+    dm = make_dm(tiny, databin=databin)
+    assert dm.databin is databin and dm.src_dict is databin.src_dict
+    assert "databin" not in dm.hparams  # hyperparameters stay plain values
+    trainer(tmp_path, max_epochs=1).fit(Recorder(), datamodule=dm)  # prepare_data, setup: no-ops
+    assert dm.databin is databin
+
+
 def test_set_epoch_reaches_the_sampler_under_a_real_trainer(tiny, tmp_path):
     runs = []
     for _ in range(2):

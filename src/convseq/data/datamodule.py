@@ -73,6 +73,8 @@ class TranslationDataModule(pl.LightningDataModule):
             pairs beyond are filtered and counted, valid/test ones refused unless
             `data.eval_overlong=skip`.
         predict_split: the split `predict_dataloader` serves.
+        databin: the data-bin of `data`, when the caller has prepared it already (as
+            `convseq.tasks.train` does): the data module then prepares nothing itself.
 
     After `setup()`: `databin`, `src_dict`, `tgt_dict`; `batch_sampler(split)` and
     `num_filtered[split]` once a split's loader was made.
@@ -87,12 +89,13 @@ class TranslationDataModule(pl.LightningDataModule):
         max_source_positions: int = 1022,
         max_target_positions: int = 1022,
         predict_split: str = "test",
+        databin: DataBin | None = None,
     ):
         super().__init__()
         data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
         if isinstance(batching, BatchingConfig):
             batching = asdict(batching)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["databin"])
         self.data_cfg = as_data_config(data)  # validated now: a typo fails before any work
         self.batching = batching_config(batching)
         if predict_split not in SPLITS:
@@ -109,11 +112,15 @@ class TranslationDataModule(pl.LightningDataModule):
         self._datasets: dict[str, LanguagePairDataset] = {}
         self._samplers: dict[tuple[str, int, int], TokenBatchSampler] = {}
         self._max_sentences: int | None = None
+        if databin is not None:
+            self._use(databin)
 
     # -- Lightning's data hooks -----------------------------------------------------------------
     def prepare_data(self) -> None:
-        """Build (or find) the data-bin; Lightning runs this on one process per node."""
-        self._databin_path = prepare_databin(self.data_cfg, self.cache_dir, progress=True)
+        """Build (or find) the data-bin, once; Lightning runs this on one process per node, before
+        each of fit, validate, test and predict."""
+        if self.databin is None and self._databin_path is None:
+            self._databin_path = prepare_databin(self.data_cfg, self.cache_dir, progress=True)
 
     def setup(self, stage: str | None = None) -> None:
         """Load the data-bin (every process); datasets and batches are made when first asked."""
@@ -124,8 +131,11 @@ class TranslationDataModule(pl.LightningDataModule):
             # Another process prepared it; prepare_databin is file-locked and idempotent, so
             # here it only finds the finished data-bin.
             path = prepare_databin(self.data_cfg, self.cache_dir, progress=False)
-        self.databin = DataBin(path)
-        self.src_dict, self.tgt_dict = self.databin.src_dict, self.databin.tgt_dict
+        self._use(DataBin(path))
+
+    def _use(self, databin: DataBin) -> None:
+        self.databin = databin
+        self.src_dict, self.tgt_dict = databin.src_dict, databin.tgt_dict
 
     def train_dataloader(self) -> DataLoader:
         sampler = self.batch_sampler("train")

@@ -1,10 +1,10 @@
 """`task=train`: `train(cfg)`, what `python run.py` does, over the plain resolved config.
 
-Seeds, builds the data module (data-bin preparation included) and the model from the
-dictionaries' sizes, the Trainer with convseq's callbacks, fits (or continues a run: `resume`),
-evaluates the test split with the best checkpoint, writes `<output_dir>/summary.json` and
-prints one summary line. Returns the best value of `optimized_metric` (the best validation loss
-by default), which run.py hands to Hydra sweepers.
+Seeds, prepares the data-bin (once: the data module is handed it), builds the model from the
+dictionaries' sizes, the data module and the Trainer with convseq's callbacks, fits (or
+continues a run: `resume`), evaluates the test split with the best checkpoint, writes
+`<output_dir>/summary.json` and prints one summary line. Returns the best value of
+`optimized_metric` (the best validation loss by default), which run.py hands to Hydra sweepers.
 
 Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 
@@ -132,7 +132,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         del ckpt
         rank_zero_info(f"convseq: resuming from {resume}")
 
-    dm = build_datamodule(cfg, module)
+    dm = build_datamodule(cfg, module, databin)  # the data-bin prepared above, used as it is
     cbs = build_callbacks(cfg, ckpt_dir)
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
     if resume is not None and last_step >= 0 and trainer.is_global_zero:

@@ -56,8 +56,13 @@ def build_module(cfg: Mapping[str, Any], databin: DataBin) -> ConvSeqModule:
     )
 
 
-def build_datamodule(cfg: Mapping[str, Any], module: ConvSeqModule) -> TranslationDataModule:
-    """The data module, its length limits the tighter of the data's and the model's positions."""
+def build_datamodule(
+    cfg: Mapping[str, Any], module: ConvSeqModule, databin: DataBin | None = None
+) -> TranslationDataModule:
+    """The data module, its length limits the tighter of the data's and the model's positions.
+
+    Given the run's `databin` (already prepared), it prepares none itself.
+    """
     src_pos, tgt_pos = module.model.max_positions()
     max_pos = int(cfg["data"].get("max_positions", 1022))
     return TranslationDataModule(
@@ -67,6 +72,7 @@ def build_datamodule(cfg: Mapping[str, Any], module: ConvSeqModule) -> Translati
         seed=int(cfg.get("seed", 1)),
         max_source_positions=min(max_pos, src_pos),
         max_target_positions=min(max_pos, tgt_pos),
+        databin=databin,
     )
 
 
