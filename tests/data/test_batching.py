@@ -15,6 +15,7 @@ from convseq.data.batching import (
     filter_by_size,
     match_max_sentences,
     ordered_indices,
+    source_batches,
 )
 from convseq.errors import DataError
 
@@ -317,3 +318,19 @@ def test_matched_fixed_sentence_batches_have_the_same_mean_size():
     mean_sent = sent.num_kept / len(sent.batches)
     assert len(sent.batches) <= len(tok.batches)
     assert abs(mean_sent - mean_tok) / mean_tok < 0.05
+
+
+def test_source_batches_are_the_unshuffled_sampler_over_sources_alone():
+    src, _ = random_sizes(300)
+    batches = source_batches(src, 200, 16, 64, "input")
+    sampler = TokenBatchSampler(
+        src, np.zeros_like(src), max_tokens=200, max_sentences=16, shuffle=False,
+        max_positions=(64, 1 << 30), overlong="error", name="input",
+    )  # fmt: skip
+    assert batches == list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(300))
+    assert all(len(b) <= 16 and len(b) * max(src[b]) <= 200 for b in batches)
+    with pytest.raises(DataError, match="input"):
+        source_batches(src, 200, None, 10, "input")  # longer than the positions
+    with pytest.raises(DataError):
+        source_batches(src, None, None, 64, "input")

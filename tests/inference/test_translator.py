@@ -13,7 +13,7 @@ from convseq.checkpoints.io import TEXT_KEY
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import segmenters, text_processing, train_sentencepiece
 from convseq.inference.options import GenOptions
-from convseq.inference.translator import Translator
+from convseq.inference.translator import Translator, numbered
 from convseq.search import beam_search
 from convseq.training.module import ConvSeqModule
 from tests.generation_utils import tiny_checkpoint
@@ -110,6 +110,30 @@ def test_overlong_input_is_truncated_with_a_warning(tiny_ckpt, caplog):
         out = translator.translate([line, "w w"], max_len_b=3)
     assert len(out) == 2
     assert "sentence 0: longer than the model's 1022 source positions; truncated" in caplog.text
+
+
+def test_encode_lines_reports_the_truncated_lines_in_one_message(tiny_ckpt):
+    translator = Translator.from_checkpoints(tiny_ckpt)
+    lines = ["w w", " ".join(["w"] * 1500), "w", " ".join(["w"] * 2000)]
+    messages = []
+    encoded, cut = translator.encode_lines(lines, lambda c: numbered("line", c), messages.append)
+    assert cut == [1, 3]
+    assert [len(ids) for ids in encoded] == [3, 1022, 2, 1022]
+    for ids, line in zip(encoded, lines):
+        assert ids.tolist() == translator.encode(line)[0].tolist()
+    assert messages == [
+        "lines 1, 3: longer than the model's 1022 source positions; truncated to the first "
+        "1021 tokens and the EOS"
+    ]
+    messages.clear()
+    assert translator.encode_lines(["w"], lambda c: "never", messages.append)[1] == []
+    assert messages == []
+
+
+def test_numbered_names_one_or_several_and_cuts_long_lists():
+    assert numbered("line", [4]) == "line 4"
+    assert numbered("sentence", [0, 3]) == "sentences 0, 3"
+    assert numbered("line", list(range(1, 13))) == "lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, ..."
 
 
 def test_translate_batches_by_max_tokens_or_sentences_with_the_same_results(tiny_ckpt):

@@ -360,3 +360,31 @@ class TokenBatchSampler(Sampler[list[int]]):
             f"{len(self)} per rank x {self.world_size}, filtered {self.num_filtered}, "
             f"max_tokens={self.max_tokens}, max_sentences={self.max_sentences})"
         )
+
+
+def source_batches(
+    src_sizes: Sequence[int] | np.ndarray,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    max_positions: int,
+    name: str,
+) -> list[list[int]]:
+    """Batches of sentence ids for translating sources alone, as fairseq-generate makes them:
+    sorted by length, packed under `max_tokens` (padding counted) and/or `max_sentences`, never
+    shuffled. A source longer than `max_positions` (EOS included) is refused, naming `name`.
+
+    Raises:
+        DataError: both budgets are None, or a source is longer than `max_positions`.
+    """
+    sizes = np.asarray(src_sizes, dtype=np.int64)
+    sampler = TokenBatchSampler(
+        sizes,
+        np.zeros_like(sizes),
+        max_tokens=max_tokens,
+        max_sentences=max_sentences,
+        shuffle=False,
+        max_positions=(max(int(max_positions), 1), 1 << 30),
+        overlong="error",
+        name=name,
+    )
+    return list(sampler)

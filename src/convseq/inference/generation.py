@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from convseq.common.distributed import rank_and_world
-from convseq.data.batching import TokenBatchSampler
+from convseq.data.batching import source_batches
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.errors import CheckpointError, DataError
@@ -126,16 +126,8 @@ def split_loader(
         src, _ = databin.split(split)
         dataset = LanguagePairDataset(src, None, pad=translator.src_dict.pad())
     else:
-        encoded = []
-        truncated = 0
-        for line in databin.text(split, "src"):
-            ids, cut = translator.encode(line)
-            encoded.append(ids)
-            truncated += cut
-        if truncated:
-            log.warning(
-                "%s: %d source line(s) truncated to the model's positions", split, truncated
-            )
+        lines = databin.text(split, "src")
+        encoded, _ = translator.encode_lines(lines, lambda cut: f"{split}: {len(cut)} line(s)")
         dataset = LanguagePairDataset(encoded, None, pad=translator.src_dict.pad())
     return batch_loader(dataset, translator, gen, split, shard_of)
 
@@ -173,17 +165,14 @@ def batch_loader(
             path=path,
             line=line,
         )
-    sampler = TokenBatchSampler(
+    batches = source_batches(
         dataset.src_sizes,
-        dataset.tgt_sizes,
-        max_tokens=None if max_tokens is None else int(max_tokens),
-        max_sentences=None if batch_size is None else int(batch_size),
-        shuffle=False,
-        max_positions=(limit, 1 << 30),
-        overlong="error",
-        name=name,
+        None if max_tokens is None else int(max_tokens),
+        None if batch_size is None else int(batch_size),
+        limit,
+        name,
     )
-    batches = BatchList(shard(list(sampler), *shard_of))  # one process' batches, every world-th
+    batches = BatchList(shard(batches, *shard_of))  # one process' batches, every world-th
     return DataLoader(dataset, batch_sampler=batches, collate_fn=dataset.collater)
 
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from convseq.data.batching import TokenBatchSampler
+from convseq.data.batching import source_batches
 from convseq.data.dataset import LanguagePairDataset
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import Segmenter, segmenters
@@ -174,6 +174,31 @@ class Translator:
             return ids, True
         return ids, False
 
+    def encode_lines(
+        self,
+        lines: Iterable[str],
+        what: Callable[[list[int]], str],
+        warn: Callable[[str], Any] = log.warning,
+    ) -> tuple[list[np.ndarray], list[int]]:
+        """The ids of every line (`encode`) and the 0-based indices of the truncated ones.
+
+        Lines longer than the model's source positions are reported in one message to ``warn``,
+        ``what(indices)`` naming them (e.g. ``"input.txt: 2 line(s) (lines 4, 9)"``).
+        """
+        encoded, truncated = [], []
+        for i, line in enumerate(lines):
+            ids, cut = self.encode(line)
+            encoded.append(ids)
+            if cut:
+                truncated.append(i)
+        if truncated:
+            limit = self.max_source_positions()
+            warn(
+                f"{what(truncated)}: longer than the model's {limit} source positions; truncated "
+                f"to the first {limit - 1} tokens and the EOS"
+            )
+        return encoded, truncated
+
     def decode(self, ids: Iterable[int]) -> str:
         """Detokenised target text of output ids (specials dropped)."""
         pieces = self.tgt_dict.string(ids, strip_special=True).split()
@@ -284,16 +309,7 @@ class Translator:
             **options: `GenOptions` fields overriding ``self.options`` (beam=5, nbest=3, ...).
         """
         opts = GenOptions.from_mapping(self.options.search_kwargs(), **options)
-        encoded = []
-        for i, line in enumerate(lines):
-            ids, truncated = self.encode(line)
-            if truncated:
-                log.warning(
-                    "sentence %d: longer than the model's %s source positions; truncated",
-                    i,
-                    self.max_source_positions(),
-                )
-            encoded.append(ids)
+        encoded, _ = self.encode_lines(lines, lambda cut: numbered("sentence", cut))
         if not encoded:
             return []
         return self.translate_encoded(encoded, max_tokens, batch_size, opts, timer)
@@ -311,17 +327,9 @@ class Translator:
         longest = int(dataset.src_sizes.max())
         if max_tokens is None and batch_size is None:
             batch_size = len(encoded)
-        sampler = TokenBatchSampler(
-            dataset.src_sizes,
-            dataset.tgt_sizes,
-            max_tokens=None if max_tokens is None else max(int(max_tokens), longest),
-            max_sentences=batch_size,
-            shuffle=False,
-            max_positions=(max(longest, 1), 1 << 30),
-            name="input",
-        )
+        budget = None if max_tokens is None else max(int(max_tokens), longest)
         records = []
-        for indices in sampler:
+        for indices in source_batches(dataset.src_sizes, budget, batch_size, longest, "input"):
             batch = dataset.collater(dataset.__getitems__(indices))
             records.extend(self.translate_batch(batch, options, timer))
         return in_input_order(records)
@@ -346,6 +354,12 @@ class Translator:
         else:
             texts = [[h["text"] for h in r["hypotheses"]] for r in records]
         return texts[0] if single else texts
+
+
+def numbered(noun: str, numbers: Sequence[int], most: int = 10) -> str:
+    """``"line 4"``, ``"lines 4, 9"``: numbers of one kind, the first `most` of them."""
+    shown = ", ".join(map(str, numbers[:most])) + (", ..." if len(numbers) > most else "")
+    return f"{noun}{'s' if len(numbers) > 1 else ''} {shown}"
 
 
 def _to_host(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:

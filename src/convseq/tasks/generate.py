@@ -75,7 +75,7 @@ from convseq.inference.records import (
     write_hypotheses,
     write_nbest,
 )
-from convseq.inference.translator import Translator
+from convseq.inference.translator import Translator, numbered
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
 
@@ -296,43 +296,26 @@ def encode_lines(translator: Translator, text: TextFile) -> tuple[list[np.ndarra
     over-long lines are truncated to the model's source positions. Both are reported with
     their line numbers.
     """
-    encoded, rows, empty, truncated = [], [], [], []
-    for i, line in enumerate(text.lines):
-        if not line:
-            empty.append(i + 1)
-            continue
-        ids, cut = translator.encode(line)
-        encoded.append(ids)
-        rows.append(i)
-        if cut:
-            truncated.append(i + 1)
+    rows = [i for i, line in enumerate(text.lines) if line]
+    empty = [i + 1 for i, line in enumerate(text.lines) if not line]
     if empty:
         log.warning(
             "%s: %d empty line(s) (%s): nothing to translate, their hypotheses are empty lines",
             text.path,
             len(empty),
-            _some(empty),
+            numbered("line", empty),
         )
-    if truncated:
-        log.warning(
-            "%s: %d line(s) (%s) longer than the model's %s source positions (EOS included); "
-            "translating their beginning only",
-            text.path,
-            len(truncated),
-            _some(truncated),
-            translator.max_source_positions(),
-        )
+
+    def what(cut: list[int]) -> str:
+        return f"{text.path}: {len(cut)} line(s) ({numbered('line', [rows[i] + 1 for i in cut])})"
+
+    encoded, _ = translator.encode_lines((text.lines[i] for i in rows), what)
     return encoded, rows
 
 
 def output_name(path: Path) -> str:
     """``generate-<name>.*``: the input file's stem, or ``input`` when it is unusable as a name."""
     return path.stem if _NAME.match(path.stem) else "input"
-
-
-def _some(lines: Sequence[int], most: int = 10) -> str:
-    shown = ", ".join(map(str, lines[:most]))
-    return f"lines {shown}" + (", ..." if len(lines) > most else "")
 
 
 # ---------------------------------------------------------------------------- translating, output

@@ -32,16 +32,13 @@ def answer(translator: Translator, text: str, lineno: int, err: IO[str]) -> str:
     if not line.strip():
         print(f"convseq: line {lineno}: empty, nothing to translate", file=err, flush=True)
         return ""
-    ids, truncated = translator.encode(line)
-    if truncated:
-        print(
-            f"convseq: line {lineno}: longer than the model's {translator.max_source_positions()} "
-            "source positions (EOS included); translating its beginning only",
-            file=err,
-            flush=True,
-        )
+    encoded, _ = translator.encode_lines(
+        [line],
+        lambda _: f"line {lineno}",
+        lambda msg: print(f"convseq: {msg}", file=err, flush=True),
+    )
     try:
-        records = translator.translate_encoded([ids], max_tokens=None, batch_size=1)
+        records = translator.translate_encoded(encoded, max_tokens=None, batch_size=1)
     except ConvseqError as e:  # e.g. out of memory on a very long line
         print(f"convseq: line {lineno}: {e}", file=err, flush=True)
         return ""
