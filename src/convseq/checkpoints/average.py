@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from convseq.checkpoints.io import CHECKPOINT_DIR, atomic_torch_save, load_checkpoint
+from convseq.checkpoints.io import atomic_torch_save, checkpoints_folder, load_checkpoint
 from convseq.errors import CheckpointError
 
 __all__ = ["average_checkpoints", "average_state_dicts", "last_n_checkpoints"]
@@ -51,7 +51,7 @@ def last_n_checkpoints(path: str | os.PathLike, n: int) -> list[Path]:
     if n < 1:
         raise CheckpointError(f"average.last_n={n}: expected a number of checkpoints >= 1")
     path = Path(path)
-    folder = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+    folder = checkpoints_folder(path)
     if not folder.is_dir():
         raise CheckpointError(
             f"{path}: average.last_n needs a run folder or its checkpoints folder"

@@ -20,7 +20,7 @@ import os
 import pickle
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return load_checkpoint(path, map_location=map_location)
 
 
+def checkpoints_folder(path: str | os.PathLike) -> Path:
+    """The folder of a run's checkpoint files: a run folder's `checkpoints/`, or `path` itself
+    (a checkpoints folder, or anything else, as it is)."""
+    path = Path(path)
+    return path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
+
+
+def find_checkpoint(path: str | os.PathLike, names: Sequence[str]) -> Path | None:
+    """The first of `names` (e.g. best.ckpt, last.ckpt) that is a file in the checkpoints folder
+    of `path` (a run folder or a checkpoints folder, `checkpoints_folder`); None if none is."""
+    folder = checkpoints_folder(path)
+    return next((folder / name for name in names if (folder / name).is_file()), None)
+
+
 def resolve_resume(resume: Any, output_dir: str | os.PathLike) -> Path | None:
     """The checkpoint a run continues from, or None for a fresh run.
 
@@ -265,11 +279,9 @@ def resolve_resume(resume: Any, output_dir: str | os.PathLike) -> Path | None:
     if not isinstance(resume, (str, os.PathLike)):
         raise CheckpointError(f"resume={resume!r}: expected true, false or a path")
     path = Path(os.path.expanduser(str(resume))).absolute()
-    if path.is_file():
-        return path
-    for candidate in (path / CHECKPOINT_DIR / LAST, path / LAST):
-        if candidate.is_file():
-            return candidate
+    found = path if path.is_file() else find_checkpoint(path, [LAST])
+    if found is not None:
+        return found
     raise CheckpointError(
         f"{path}: resume=PATH needs a checkpoint file, a run folder holding "
         f"{CHECKPOINT_DIR}/{LAST}, or a {CHECKPOINT_DIR} folder holding {LAST}; none found"

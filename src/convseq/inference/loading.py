@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from convseq.checkpoints.fairseq import load_fairseq
-from convseq.checkpoints.io import BEST, CHECKPOINT_DIR, LAST, TEXT_KEY
+from convseq.checkpoints.io import BEST, CHECKPOINT_DIR, LAST, TEXT_KEY, find_checkpoint
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
 from convseq.models.fconv import FConvModel
@@ -40,22 +40,21 @@ class LoadedModel:
 def load_any(
     path: str | os.PathLike, dict_dir: str | os.PathLike | None = None, map_location: Any = "cpu"
 ) -> LoadedModel:
-    """Read a convseq checkpoint (a run folder: its best.ckpt) or a fairseq fconv checkpoint.
+    """Read a convseq checkpoint (a run folder, or its checkpoints folder: its best.ckpt, else
+    its last.ckpt) or a fairseq fconv checkpoint.
 
     Both are read with ``weights_only=True`` (fairseq's through convseq.checkpoints.safe_load's allowlist);
     nothing in the file runs.
     """
     path = Path(path)
     if path.is_dir():
-        for name in (BEST, LAST):
-            if (path / CHECKPOINT_DIR / name).is_file():
-                path = path / CHECKPOINT_DIR / name
-                break
-        else:
+        found = find_checkpoint(path, [BEST, LAST])
+        if found is None:
             raise CheckpointError(
                 f"{path}: a folder without {CHECKPOINT_DIR}/{BEST} or {CHECKPOINT_DIR}/{LAST}; "
                 "pass a checkpoint file or a run folder"
             )
+        path = found
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
