@@ -20,7 +20,7 @@ from convseq.checkpoints.state_dict import (
 )
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError, DataError
-from convseq.models.config import as_fconv_config
+from convseq.models.config import FConvConfig, as_fconv_config
 from convseq.models.fconv import FConvModel
 
 _LANG = re.compile(r"^[\w.\-]+$")  # fairseq puts the code in file names: dict.<lang>.txt
@@ -129,6 +129,26 @@ def load_fairseq(
             its dictionaries are missing or do not fit its embeddings.
     """
     path = Path(checkpoint_path)
+    plain, model_sd = _read_fairseq_state(path)
+    cfg = _checkpoint_config(plain, model_sd, path)
+    folder = Path(dict_dir) if dict_dir is not None else path.parent
+    src, tgt = _resolve_language_pair(plain, model_sd, folder, path, source_lang, target_lang)
+    src_dict, tgt_dict = _load_dictionaries(folder, src, tgt, path)
+    check_vocabularies(
+        model_sd,
+        len(src_dict),
+        len(tgt_dict),
+        _dict_path(folder, src),
+        _dict_path(folder, tgt),
+        path,
+    )
+    model = _build_model(cfg, upgrade_state_dict(model_sd, path), src_dict, tgt_dict, path)
+    model.eval()
+    return model, src_dict, tgt_dict
+
+
+def _read_fairseq_state(path: Path) -> tuple[dict[str, Any], Mapping[str, torch.Tensor]]:
+    """Step 1 of loading: read the file; its entries (args/cfg made plain) and model state."""
     state = read_checkpoint(path)
     model_sd = state.get("model")
     if not isinstance(model_sd, Mapping) or not all(
@@ -139,6 +159,13 @@ def load_fairseq(
         )
     # args and cfg made plain (OmegaConf records -> dicts); other entries as they are
     plain = {k: to_plain(v) if k in ("args", "cfg") else v for k, v in state.items()}
+    return plain, model_sd
+
+
+def _checkpoint_config(
+    plain: Mapping[str, Any], model_sd: Mapping[str, torch.Tensor], path: Path
+) -> FConvConfig:
+    """Step 2 of loading: the model's FConvConfig, its maximum positions from the tables."""
     try:
         cfg = fconv_config(plain)
     except CheckpointError as e:
@@ -151,8 +178,18 @@ def load_fairseq(
         table = model_sd.get(f"{key}.embed_positions.weight")
         if table is not None:
             setattr(cfg, f"max_{side}_positions", int(table.shape[0]))
+    return cfg
 
-    folder = Path(dict_dir) if dict_dir is not None else path.parent
+
+def _resolve_language_pair(
+    plain: Mapping[str, Any],
+    model_sd: Mapping[str, torch.Tensor],
+    folder: Path,
+    path: Path,
+    source_lang: str | None,
+    target_lang: str | None,
+) -> tuple[str, str]:
+    """Step 3 of loading: (source, target) from the arguments, the checkpoint or the folder."""
     src, tgt = language_pair(plain)
     src, tgt = source_lang or src, target_lang or tgt
     if src is None or tgt is None:
@@ -162,6 +199,13 @@ def load_fairseq(
             src, tgt = src or found[0], tgt or found[1]
     if src is None or tgt is None:
         src, tgt = _guess_languages(folder, model_sd, path)
+    return src, tgt
+
+
+def _load_dictionaries(
+    folder: Path, src: str, tgt: str, path: Path
+) -> tuple[Dictionary, Dictionary]:
+    """Step 4 of loading: read dict.<src>.txt and dict.<tgt>.txt from the folder."""
     dicts = []
     for role, lang in (("source", src), ("target", tgt)):
         if not isinstance(lang, str) or not _LANG.match(lang):
@@ -181,17 +225,17 @@ def load_fairseq(
             dicts.append(Dictionary.load(dict_path))
         except DataError as e:
             raise CheckpointError(f"{path}: cannot read the {role} dictionary: {e}") from None
-    src_dict, tgt_dict = dicts
-    check_vocabularies(
-        model_sd,
-        len(src_dict),
-        len(tgt_dict),
-        _dict_path(folder, src),
-        _dict_path(folder, tgt),
-        path,
-    )
+    return dicts[0], dicts[1]
 
-    model_sd = upgrade_state_dict(model_sd, path)
+
+def _build_model(
+    cfg: FConvConfig,
+    model_sd: Mapping[str, torch.Tensor],
+    src_dict: Dictionary,
+    tgt_dict: Dictionary,
+    path: Path,
+) -> FConvModel:
+    """Step 5 of loading: build the model and load the (upgraded) state, which must fit exactly."""
     model = FConvModel.build(cfg, len(src_dict), len(tgt_dict), padding_idx=src_dict.pad())
     own = model.state_dict()
     mismatched = [
@@ -206,8 +250,7 @@ def load_fairseq(
             f"{path}: " + describe_load_error(missing, unexpected, mismatched, cfg.arch)
         )
     model.load_state_dict(model_sd, strict=True)
-    model.eval()
-    return model, src_dict, tgt_dict
+    return model
 
 
 def _cpu_copy(state_dict: Mapping[str, torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
@@ -249,16 +292,7 @@ def save_fairseq(
     Returns:
         The checkpoint's path.
     """
-    if args_style not in ("args", "cfg"):
-        raise ValueError(f"args_style must be 'args' or 'cfg', got {args_style!r}")
-    for lang in (src_lang, tgt_lang):
-        if not _LANG.match(lang):
-            raise ValueError(f"language code {lang!r}: use letters, digits, '_', '-' or '.'")
-    if src_lang == tgt_lang and src_dict != tgt_dict:
-        raise ValueError(
-            f"src_lang and tgt_lang are both {src_lang!r} but the dictionaries differ; "
-            "they would be written to the same dict file"
-        )
+    _check_save_arguments(src_dict, tgt_dict, src_lang, tgt_lang, args_style)
     if getattr(model, "cfg", None) is None:
         raise ValueError("the model has no cfg (FConvConfig); build it with FConvModel.build")
     cfg = as_fconv_config(model.cfg)
@@ -275,6 +309,36 @@ def save_fairseq(
         path,
     )
     data = str(path.resolve().parent)  # fairseq's task reads the dictionaries from here
+    state = _checkpoint_state(cfg, model_sd, src_lang, tgt_lang, data, args_style)
+    _write_checkpoint(state, path, src_dict, tgt_dict, src_lang, tgt_lang)
+    return path
+
+
+def _check_save_arguments(
+    src_dict: Dictionary, tgt_dict: Dictionary, src_lang: str, tgt_lang: str, args_style: str
+) -> None:
+    """Step 1 of saving: refuse an unknown args_style and language codes fairseq cannot use."""
+    if args_style not in ("args", "cfg"):
+        raise ValueError(f"args_style must be 'args' or 'cfg', got {args_style!r}")
+    for lang in (src_lang, tgt_lang):
+        if not _LANG.match(lang):
+            raise ValueError(f"language code {lang!r}: use letters, digits, '_', '-' or '.'")
+    if src_lang == tgt_lang and src_dict != tgt_dict:
+        raise ValueError(
+            f"src_lang and tgt_lang are both {src_lang!r} but the dictionaries differ; "
+            "they would be written to the same dict file"
+        )
+
+
+def _checkpoint_state(
+    cfg: FConvConfig,
+    model_sd: Mapping[str, torch.Tensor],
+    src_lang: str,
+    tgt_lang: str,
+    data: str,
+    args_style: str,
+) -> dict[str, Any]:
+    """Step 2 of saving: the checkpoint's entries, in the order fairseq writes them."""
     state: dict[str, Any] = {}
     if args_style == "args":
         state["args"] = fairseq_args(cfg, src_lang, tgt_lang, data)
@@ -294,7 +358,18 @@ def save_fairseq(
         "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2},
         "val_loss": None,
     }
+    return state
 
+
+def _write_checkpoint(
+    state: Mapping[str, Any],
+    path: Path,
+    src_dict: Dictionary,
+    tgt_dict: Dictionary,
+    src_lang: str,
+    tgt_lang: str,
+) -> None:
+    """Step 3 of saving: the dict.<lang>.txt files, then the checkpoint file, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     src_dict.save(_dict_path(path.parent, src_lang))
     tgt_dict.save(_dict_path(path.parent, tgt_lang))
@@ -304,4 +379,3 @@ def save_fairseq(
         os.replace(tmp, path)  # readers see the old file or the complete new one, never half
     finally:
         tmp.unlink(missing_ok=True)
-    return path

@@ -120,17 +120,69 @@ def build_databin(
 ) -> dict:
     """Read, check, segment, binarise every split into the folder `out`; return meta.json's dict."""
     start = time.perf_counter()
-    src, tgt = cfg.src_lang, cfg.tgt_lang
     roles = split_roles(cfg)
     sha = {(role, side): checksums[input_id(cfg, role, side)] for role in roles for side in SIDES}
 
     # 1. check every file, then filter the train text
+    infos = _check_inputs(paths, sha, roles, progress)
+    filters = _pair_filters(cfg, roles)
+    masks = {
+        role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in roles
+    }
+
+    # 2. sentencepiece
+    segmenters, models, trained_on = _train_segmenters(cfg, paths, sha, masks["train"], out)
+
+    # 3. segment, filter by length, count, spool
+    tables, spools = _segment_splits(cfg, paths, sha, masks, filters, segmenters, out, progress)
+
+    # 4. dictionaries, then the token arrays
+    src_dict, tgt_dict = _build_dicts(cfg, tables[cfg.src_lang], tables[cfg.tgt_lang])
+    src_dict.save(out / f"dict.{cfg.src_lang}.txt")
+    tgt_dict.save(out / f"dict.{cfg.tgt_lang}.txt")
+    splits_meta = {
+        role: _write_split(
+            cfg,
+            role,
+            infos[role],
+            filters[role],
+            spools[role],
+            tables,
+            (src_dict, tgt_dict),
+            out,
+            progress,
+        )
+        for role in roles
+    }
+    remove_spool(out / SPOOL)
+
+    meta = _databin_meta(
+        cfg, key, infos, segmenters, models, trained_on, (src_dict, tgt_dict), splits_meta
+    )
+    meta["build_seconds"] = round(time.perf_counter() - start, 3)
+    _write_meta(out / META_FILE, meta)
+    return meta
+
+
+def _check_inputs(
+    paths: Mapping[tuple[str, str], Path],
+    sha: Mapping[tuple[str, str], str],
+    roles: tuple[str, ...],
+    progress: bool,
+) -> dict[str, tuple[TextInfo, TextInfo]]:
+    """Step 1a: check every split's two files (UTF-8, checksum, stray carriage returns) and
+    that the two sides have as many lines."""
     infos: dict[str, tuple[TextInfo, TextInfo]] = {}
     for role in roles:
         s_info, t_info = (_scan(paths[role, side], sha[role, side], progress) for side in SIDES)
         check_same_length(s_info, t_info)
         infos[role] = (s_info, t_info)
-    filters = {
+    return infos
+
+
+def _pair_filters(cfg: DataConfig, roles: tuple[str, ...]) -> dict[str, PairFilter]:
+    """Step 1b: one pair filter per split (train's drops what the settings say; the rest keep)."""
+    return {
         role: PairFilter(
             is_train=role == "train",
             max_positions=cfg.max_positions,
@@ -140,18 +192,25 @@ def build_databin(
         )
         for role in roles
     }
-    masks = {
-        role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in roles
-    }
 
-    # 2. sentencepiece
-    segmenters, models, trained_on = _train_segmenters(cfg, paths, sha, masks["train"], out)
 
-    # 3. segment, filter by length, count, spool
+def _segment_splits(
+    cfg: DataConfig,
+    paths: Mapping[tuple[str, str], Path],
+    sha: Mapping[tuple[str, str], str],
+    masks: Mapping[str, np.ndarray],
+    filters: Mapping[str, PairFilter],
+    segmenters: Mapping[str, Segmenter],
+    out: Path,
+    progress: bool,
+) -> tuple[dict[str, SymbolTable], dict[str, SplitSpool]]:
+    """Step 3: segment every split's kept pairs, drop over-long ones, count train tokens and
+    spool the provisional ids; return the symbol table per language and the spool per split."""
+    src, tgt = cfg.src_lang, cfg.tgt_lang
     tables = {lang: SymbolTable(_pieces(segmenters[lang])) for lang in (src, tgt)}
     spools: dict[str, SplitSpool] = {}
     with BlockEncoder(segmenters[src], segmenters[tgt], cfg.workers, SPM_THREADS) as encoder:
-        for role in roles:
+        for role in masks:  # every split, in order
             spools[role] = SplitSpool(out / SPOOL, role)
             text = None
             if role != "train":  # the stripped input text of the kept lines (references)
@@ -172,40 +231,59 @@ def build_databin(
                 desc=f"segment {role}.{src}-{tgt}",
                 show=progress and int(masks[role].sum()) >= PROGRESS_MIN_LINES,
             )
+    return tables, spools
 
-    # 4. dictionaries, then the token arrays
-    src_dict, tgt_dict = _build_dicts(cfg, tables[src], tables[tgt])
-    src_dict.save(out / f"dict.{src}.txt")
-    tgt_dict.save(out / f"dict.{tgt}.txt")
-    splits_meta: dict[str, dict] = {}
-    inputs = split_inputs(cfg)
-    for role in roles:
-        spool = spools[role]
-        show = progress and spool.sentences >= PROGRESS_MIN_LINES
-        info: dict = {
-            "input": inputs[role],
-            "input_lines": len(infos[role][0]),
-            "sentences": spool.sentences,
-            "skipped": dict(sorted(filters[role].skipped.items())),
-        }
-        for side, lang, d in (("src", src, src_dict), ("tgt", tgt, tgt_dict)):
-            lut = tables[lang].lookup_table(d.indices, d.unk_index, token_dtype(len(d)))
-            prefix = out / split_prefix(role, src, tgt, lang)
-            info[side] = write_side(
-                prefix, spool, side, lut, d.eos_index, d.unk_index, f"{role}.{lang}", show
-            )
-        write_lines(out / (split_prefix(role, src, tgt) + ".lines.npy"), spool)
-        splits_meta[role] = info
-    remove_spool(out / SPOOL)
 
+def _write_split(
+    cfg: DataConfig,
+    role: str,
+    infos: tuple[TextInfo, TextInfo],
+    pair_filter: PairFilter,
+    spool: SplitSpool,
+    tables: Mapping[str, SymbolTable],
+    dicts: tuple[Dictionary, Dictionary],
+    out: Path,
+    progress: bool,
+) -> dict:
+    """Step 4: one split's token and offset arrays per side, from the spool through each
+    dictionary's lookup table, and its line numbers; return the split's entry of meta.json."""
+    src, tgt = cfg.src_lang, cfg.tgt_lang
+    show = progress and spool.sentences >= PROGRESS_MIN_LINES
+    info: dict = {
+        "input": split_inputs(cfg)[role],
+        "input_lines": len(infos[0]),
+        "sentences": spool.sentences,
+        "skipped": dict(sorted(pair_filter.skipped.items())),
+    }
+    for side, lang, d in (("src", src, dicts[0]), ("tgt", tgt, dicts[1])):
+        lut = tables[lang].lookup_table(d.indices, d.unk_index, token_dtype(len(d)))
+        prefix = out / split_prefix(role, src, tgt, lang)
+        info[side] = write_side(
+            prefix, spool, side, lut, d.eos_index, d.unk_index, f"{role}.{lang}", show
+        )
+    write_lines(out / (split_prefix(role, src, tgt) + ".lines.npy"), spool)
+    return info
+
+
+def _databin_meta(
+    cfg: DataConfig,
+    key: str,
+    infos: Mapping[str, tuple[TextInfo, TextInfo]],
+    segmenters: Mapping[str, Segmenter],
+    models: dict[str, str],
+    trained_on: dict[str, int],
+    dicts: tuple[Dictionary, Dictionary],
+    splits_meta: dict[str, dict],
+) -> dict:
+    """meta.json's content, build_seconds aside: the settings, the inputs and the splits."""
     lines = {side: infos["train"][i].newlines + 1 for i, side in enumerate(SIDES)}
     settings = content_settings(cfg, lines)
-    meta = {
+    return {
         "format": FORMAT_VERSION,
         "key": key,
         "name": cfg.name,
-        "src_lang": src,
-        "tgt_lang": tgt,
+        "src_lang": cfg.src_lang,
+        "tgt_lang": cfg.tgt_lang,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "convseq_version": __version__,
         "subword": {
@@ -216,7 +294,7 @@ def build_databin(
             },
             "trained_on": trained_on,
         },
-        "vocab": {**asdict(cfg.vocab), "src_size": len(src_dict), "tgt_size": len(tgt_dict)},
+        "vocab": {**asdict(cfg.vocab), "src_size": len(dicts[0]), "tgt_size": len(dicts[1])},
         "max_positions": settings["max_positions"],
         "train_invalid": settings["train_invalid"],
         "eval_overlong": settings["eval_overlong"],
@@ -230,18 +308,20 @@ def build_databin(
                 "lines": len(ti),
                 "crlf": ti.crlf,
             }
-            for role in roles
-            for side, ti in zip(SIDES, infos[role])
+            for role, pair in infos.items()
+            for side, ti in zip(SIDES, pair)
         },
         "splits": splits_meta,
     }
-    meta["build_seconds"] = round(time.perf_counter() - start, 3)
-    with open(out / META_FILE, "w", encoding="utf-8") as f:  # written last: marks completion
+
+
+def _write_meta(path: Path, meta: dict) -> None:
+    """Write meta.json and sync it to disk."""
+    with open(path, "w", encoding="utf-8") as f:  # written last: marks completion
         json.dump(meta, f, indent=2, ensure_ascii=False)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    return meta
 
 
 def _scan(path: Path, sha256: str, progress: bool) -> TextInfo:
