@@ -1,7 +1,8 @@
 """Optimisers (fairseq's NAG, SGD, Adam) and the per-epoch learning-rate annealing rules."""
 
 from convseq.optim.anneal import STRATEGIES, Annealer
-from convseq.optim.build import OPTIMIZERS, OptimConfigError, build_optimizer
+from convseq.optim.build import OptimConfigError, build_optimizer
+from convseq.optim.config import OPTIMIZERS
 from convseq.optim.nag import NAG
 
 __all__ = [

@@ -10,9 +10,8 @@ from omegaconf import DictConfig
 
 from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
+from convseq.optim.config import OPTIMIZER_DEFAULTS, OPTIMIZERS, OptimConfig
 from convseq.optim.nag import NAG
-
-OPTIMIZERS = ("nag", "sgd", "adam")
 
 
 class OptimConfigError(ConvseqError, ValueError):
@@ -45,6 +44,8 @@ def build_optimizer(
       default) it is exactly Adam.
 
     ``clip_norm`` is not an optimiser setting: the trainer clips gradients before each step.
+    A key missing from ``optim_cfg`` takes the optimiser's default
+    (`convseq.optim.config.OPTIMIZER_DEFAULTS`, as conf/optim/<name>.yaml does).
 
     Args:
         params: parameters or parameter groups.
@@ -54,28 +55,27 @@ def build_optimizer(
         OptimConfigError: an unknown ``optim.name`` or a bad value, named by its key.
     """
     cfg = dict(to_plain(optim_cfg) or {})
-    name = cfg.get("name", "nag")
+    name = cfg.get("name", OptimConfig.name)
     if name not in OPTIMIZERS:
         raise OptimConfigError(
             f"optim.name={name!r} is not an optimiser convseq knows; choose one of "
             f"{', '.join(OPTIMIZERS)} (e.g. optim=nag on the command line)"
         )
-    lr = number(cfg, "optim", "lr", 0.25, 0.0)
-    weight_decay = number(cfg, "optim", "weight_decay", 0.0, 0.0)
-    if name == "nag":
-        momentum = number(cfg, "optim", "momentum", 0.99, 0.0)
-        return NAG(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    if name == "sgd":
-        momentum = number(cfg, "optim", "momentum", 0.0, 0.0)
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    betas = cfg.get("betas", (0.9, 0.999))
+    defaults = OPTIMIZER_DEFAULTS[name]
+    lr = number(cfg, "optim", "lr", defaults.lr, 0.0)
+    weight_decay = number(cfg, "optim", "weight_decay", defaults.weight_decay, 0.0)
+    if name in ("nag", "sgd"):
+        momentum = number(cfg, "optim", "momentum", defaults.momentum, 0.0)
+        optimizer = NAG if name == "nag" else torch.optim.SGD
+        return optimizer(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    betas = cfg.get("betas", defaults.betas)
     if (
         not isinstance(betas, (list, tuple))
         or len(betas) != 2
         or not all(isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)
     ):
         raise OptimConfigError(f"optim.betas must be two numbers in [0, 1), got {betas!r}")
-    eps = number(cfg, "optim", "eps", 1e-8, 0.0)
+    eps = number(cfg, "optim", "eps", defaults.eps, 0.0)
     return torch.optim.AdamW(
         params,
         lr=lr,

@@ -2,7 +2,9 @@
 
 `register_configs()` stores the root schema in Hydra's ConfigStore as `config_schema`;
 conf/config.yaml extends it explicitly in its defaults list, so every group option (a YAML file
-under conf/<group>/) is merged onto a typed node and checked by Hydra itself.
+under conf/<group>/) is merged onto a typed node and checked by Hydra itself. It also stores each
+optimiser's defaults (`convseq.optim.config.OPTIMIZER_DEFAULTS`) as `optim/defaults/<name>`, which
+conf/optim/<name>.yaml starts from.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 
 from convseq.data.config import BatchingConfig, DataConfig
 from convseq.models.config import FConvConfig
+from convseq.optim.config import OPTIMIZER_DEFAULTS, OptimConfig
 
 TASKS = (
     "preprocess",
@@ -37,19 +40,6 @@ class PathsConfig:
     data_root: str = MISSING  # parent of corpus folders ($CONVSEQ_DATA_ROOT, else ./data)
     cache_dir: str = MISSING  # generated corpora and data-bins ($CONVSEQ_CACHE, else user cache)
     output_dir: str = MISSING  # this run's own folder (Hydra's output dir)
-
-
-@dataclass
-class OptimConfig:
-    """The optimiser (conf/optim): NAG as fairseq defines it, plain SGD, or Adam."""
-
-    name: str = "nag"  # nag | sgd | adam
-    lr: float = 0.25
-    momentum: float = 0.99  # nag, sgd
-    weight_decay: float = 0.0
-    clip_norm: float = 0.1  # clip the gradient norm to this (0 = off)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adam
-    eps: float = 1e-8  # adam
 
 
 @dataclass
@@ -229,4 +219,7 @@ def register_configs() -> None:
     for name, fn in (("abspath", _abspath), ("convseq_user_cache", default_cache_dir)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
-    ConfigStore.instance().store(name="config_schema", node=Config)
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    for name, defaults in OPTIMIZER_DEFAULTS.items():  # what conf/optim/<name>.yaml starts from
+        store.store(group="optim/defaults", name=name, node=defaults)
