@@ -15,8 +15,9 @@ from convseq.common.specials import PAD_ID
 from convseq.models.config import ModelConfigError
 from convseq.models.encoder import EncoderOut
 from convseq.models.spec import LayerSpec
+from convseq.models.stack import conv_stack
 from convseq.modules.attention import AttentionLayer
-from convseq.modules.fconv_init import embedding, linear, linearized_conv1d, positional_embedding
+from convseq.modules.fconv_init import linear, linearized_conv1d
 from convseq.modules.linearized_conv import IncrementalState
 from convseq.modules.reorder import current_block_reorder
 
@@ -72,32 +73,29 @@ class FConvDecoder(nn.Module):
         self._cache_key = f"{uid}.encoder_out"
         self._groups_key = f"{uid}.encoder_out_groups"  # rows holding identical cached copies
 
-        self.embed_tokens = embedding(num_embeddings, embed_dim, padding_idx)
-        self.embed_positions = positional_embedding(max_positions, embed_dim, padding_idx)
+        def conv(in_channels: int, out_channels: int, kernel: int) -> nn.Module:
+            return linearized_conv1d(in_channels, out_channels * 2, kernel, dropout=dropout)
 
-        in_channels = self.layer_specs[0][0]
-        self.fc1 = linear(embed_dim, in_channels, dropout=dropout)
-        self.projections = nn.ModuleList()
-        self.convolutions = nn.ModuleList()
-        self.attention = nn.ModuleList()
-        self.residuals: list[int] = []
-        layer_in_channels = [in_channels]
-        for (out_channels, kernel, residual), attends in zip(
-            self.layer_specs, attention, strict=True
-        ):
-            residual_dim = out_channels if residual == 0 else layer_in_channels[-residual]
-            self.projections.append(
-                linear(residual_dim, out_channels) if residual_dim != out_channels else None
-            )
-            self.convolutions.append(
-                linearized_conv1d(in_channels, out_channels * 2, kernel, dropout=dropout)
-            )
-            self.attention.append(AttentionLayer(out_channels, embed_dim) if attends else None)
-            self.residuals.append(residual)
-            in_channels = out_channels
-            layer_in_channels.append(out_channels)
+        def attention_layer(i: int, out_channels: int) -> nn.Module | None:
+            return AttentionLayer(out_channels, embed_dim) if attention[i] else None
 
-        self.fc2 = linear(in_channels, out_embed_dim)
+        stack = conv_stack(
+            num_embeddings,
+            embed_dim,
+            max_positions,
+            padding_idx,
+            self.layer_specs,
+            dropout,
+            conv,
+            attention_layer,
+        )
+        self.embed_tokens, self.embed_positions = stack.embed_tokens, stack.embed_positions
+        self.fc1 = stack.fc1
+        self.projections, self.convolutions = stack.projections, stack.convolutions
+        self.attention = stack.extras
+        self.residuals = stack.residuals
+
+        self.fc2 = linear(stack.out_channels, out_embed_dim)
         if share_embed:
             if out_embed_dim != embed_dim:
                 raise ModelConfigError(

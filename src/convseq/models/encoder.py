@@ -11,7 +11,8 @@ from torch import nn
 
 from convseq.common.specials import PAD_ID
 from convseq.models.spec import LayerSpec
-from convseq.modules.fconv_init import conv_tbc, embedding, linear, positional_embedding
+from convseq.models.stack import conv_stack
+from convseq.modules.fconv_init import conv_tbc, linear
 from convseq.modules.grad_multiply import grad_multiply
 
 SQRT_HALF = math.sqrt(0.5)
@@ -47,29 +48,19 @@ class FConvEncoder(nn.Module):
         # set by FConvModel to the decoder's attention-layer count (for the gradient scaling)
         self.num_attention_layers: int | None = None
 
-        self.embed_tokens = embedding(num_embeddings, embed_dim, padding_idx)
-        self.embed_positions = positional_embedding(max_positions, embed_dim, padding_idx)
-
-        in_channels = self.layer_specs[0][0]
-        self.fc1 = linear(embed_dim, in_channels, dropout=dropout)
-        self.projections = nn.ModuleList()
-        self.convolutions = nn.ModuleList()
-        self.residuals: list[int] = []
-        layer_in_channels = [in_channels]
-        for out_channels, kernel, residual in self.layer_specs:
-            residual_dim = out_channels if residual == 0 else layer_in_channels[-residual]
-            self.projections.append(
-                linear(residual_dim, out_channels) if residual_dim != out_channels else None
-            )
+        def conv(in_channels: int, out_channels: int, kernel: int) -> nn.Module:
             # odd kernels pad symmetrically inside the conv; even ones are padded in forward
             padding = kernel // 2 if kernel % 2 == 1 else 0
-            self.convolutions.append(
-                conv_tbc(in_channels, out_channels * 2, kernel, dropout=dropout, padding=padding)
-            )
-            self.residuals.append(residual)
-            in_channels = out_channels
-            layer_in_channels.append(out_channels)
-        self.fc2 = linear(in_channels, embed_dim)
+            return conv_tbc(in_channels, out_channels * 2, kernel, dropout=dropout, padding=padding)
+
+        stack = conv_stack(
+            num_embeddings, embed_dim, max_positions, padding_idx, self.layer_specs, dropout, conv
+        )
+        self.embed_tokens, self.embed_positions = stack.embed_tokens, stack.embed_positions
+        self.fc1 = stack.fc1
+        self.projections, self.convolutions = stack.projections, stack.convolutions
+        self.residuals = stack.residuals
+        self.fc2 = linear(stack.out_channels, embed_dim)
 
     @property
     def grad_scale(self) -> float:
