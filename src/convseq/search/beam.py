@@ -17,6 +17,7 @@ without comparing copies on the device.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,14 +26,13 @@ import torch
 from convseq.modules.reorder import block_reorder
 from convseq.search.common import (
     Hypothesis,
-    SearchModel,
+    SearchBatch,
+    SearchSettings,
     SearchTimer,
-    as_search_model,
-    check_arguments,
     index_tensor,
     length_normalise,
-    max_lengths,
     phase_of,
+    run_search,
 )
 from convseq.search.history import History
 
@@ -83,52 +83,25 @@ def beam_search(
     Returns:
         Per input sentence, in input order, its ``nbest`` best hypotheses, best first.
     """
-    search_model = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
-    if src_tokens.size(0) == 0:
-        return []
-    context = search_model.generation_context(
-        beam if beamable_mm else None, fold_weight_norm, need_attn
-    )
-    with torch.inference_mode(), context:
-        finalized = _search(
-            search_model,
-            src_tokens,
-            src_lengths,
-            beam,
-            lenpen,
-            unk_penalty,
-            min_len,
-            max_len_a,
-            max_len_b,
-            normalize_scores,
-            timer,
-            shrink,
-            nbest,
-        )
-    return finalized
+    settings = SearchSettings(
+        beam, lenpen, unk_penalty, min_len, max_len_a, max_len_b, nbest, normalize_scores,
+        fold_weight_norm, beamable_mm, need_attn,
+    )  # fmt: skip
+    search = partial(_search, settings=settings, timer=timer, shrink=shrink)
+    return run_search(search, model, src_tokens, src_lengths, settings)
 
 
 def _search(
-    m: SearchModel,
-    src_tokens: torch.Tensor,
-    src_lengths: torch.Tensor,
-    K: int,
-    lenpen: float,
-    unk_penalty: float,
-    min_len: int,
-    max_len_a: float,
-    max_len_b: int,
-    normalize: bool,
-    timer: SearchTimer | None,
-    shrink: bool,
-    nbest: int,
+    batch: SearchBatch, settings: SearchSettings, timer: SearchTimer | None, shrink: bool
 ) -> list[list[Hypothesis]]:
+    m, src_tokens, src_lengths = batch.model, batch.src_tokens, batch.src_lengths
+    src_lens, limits = batch.src_lens, batch.limits
+    s = settings
+    K, lenpen, unk_penalty, min_len = s.beam, s.lenpen, s.unk_penalty, s.min_len
+    normalize, nbest = s.normalize_scores, s.nbest
     phase = phase_of(timer)
     device = src_tokens.device
     bsz, width = src_tokens.shape
-    src_lens = src_lengths.tolist()  # one host read per batch
-    limits = max_lengths(src_lens, max_len_a, max_len_b, m.max_target_positions(), min_len, width)
     pad, eos, unk = m.pad, m.eos, m.unk
     n_steps = max(limits) + 1
 

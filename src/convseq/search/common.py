@@ -11,6 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 import torch
@@ -173,6 +174,58 @@ def as_search_model(model: Any) -> SearchModel:
 
 
 # ---------------------------------------------------------------------------- arguments
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """A search's settings, as `convseq.search.beam_search` documents its arguments."""
+
+    beam: int
+    lenpen: float
+    unk_penalty: float
+    min_len: int
+    max_len_a: float
+    max_len_b: int
+    nbest: int
+    normalize_scores: bool
+    fold_weight_norm: bool
+    beamable_mm: bool
+    need_attn: bool
+
+
+@dataclass(frozen=True)
+class SearchBatch:
+    """A checked batch: the search model, the source, each sentence's length and last step."""
+
+    model: SearchModel
+    src_tokens: torch.Tensor  # (B, S) left-padded, each row ending in EOS
+    src_lengths: torch.Tensor  # (B,) lengths, EOS included
+    src_lens: list[int]  # the same lengths on the host (one read per batch)
+    limits: list[int]  # each sentence's last step, where EOS is forced (`max_lengths`)
+
+
+def run_search(
+    search: Callable[[SearchBatch], list[list[Hypothesis]]],
+    model: Any,
+    src_tokens: torch.Tensor,
+    src_lengths: torch.Tensor,
+    settings: SearchSettings,
+) -> list[list[Hypothesis]]:
+    """What every search does around its own loop: check the arguments, answer an empty batch
+    with no hypotheses, find each sentence's last step, and run ``search`` in inference mode
+    under the model's generation mode (``beamable_mm``: attention products once per sentence).
+    """
+    s, m = settings, as_search_model(model)
+    check_arguments(src_tokens, src_lengths, s.beam, s.nbest, s.min_len, s.lenpen, s.unk_penalty)
+    if src_tokens.size(0) == 0:
+        return []
+    src_lens = src_lengths.tolist()  # one host read per batch
+    width, positions = src_tokens.size(1), m.max_target_positions()
+    limits = max_lengths(src_lens, s.max_len_a, s.max_len_b, positions, s.min_len, width)
+    batch = SearchBatch(m, src_tokens, src_lengths, src_lens, limits)
+    beam_size = s.beam if s.beamable_mm else None
+    with torch.inference_mode(), m.generation_context(beam_size, s.fold_weight_norm, s.need_attn):
+        return search(batch)
 
 
 def check_arguments(

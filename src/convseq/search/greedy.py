@@ -8,16 +8,17 @@ and forced at the sentence's maximum length). Slow on purpose: quadratic in the 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 
 from convseq.search.common import (
     Hypothesis,
-    as_search_model,
-    check_arguments,
+    SearchBatch,
+    SearchSettings,
     length_normalise,
-    max_lengths,
+    run_search,
 )
 
 NEG_INF = float("-inf")
@@ -36,45 +37,49 @@ def greedy(
     need_attn: bool = True,
 ) -> list[list[Hypothesis]]:
     """Argmax decoding; returns one hypothesis per sentence in `beam_search`'s format."""
-    m = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, 1, 1, min_len, lenpen, unk_penalty)
+    # the plain model: no folded weights, no per-sentence attention products
+    settings = SearchSettings(
+        1, lenpen, unk_penalty, min_len, max_len_a, max_len_b, 1, normalize_scores, False, False,
+        need_attn,
+    )  # fmt: skip
+    return run_search(partial(_greedy, settings=settings), model, src_tokens, src_lengths, settings)
+
+
+def _greedy(batch: SearchBatch, settings: SearchSettings) -> list[list[Hypothesis]]:
+    m, src_tokens, src_lengths = batch.model, batch.src_tokens, batch.src_lengths
+    src_lens, limits = batch.src_lens, batch.limits
+    unk_penalty, min_len = settings.unk_penalty, settings.min_len
+    lenpen, normalize_scores = settings.lenpen, settings.normalize_scores
     bsz, width = src_tokens.shape
-    if bsz == 0:
-        return []
-    src_lens = src_lengths.tolist()
-    limits = max_lengths(src_lens, max_len_a, max_len_b, m.max_target_positions(), min_len, width)
     device = src_tokens.device
     limits_t = torch.tensor(limits, device=device)  # (B,)
-
-    # the plain model: no folded weights, no per-sentence attention products
-    with torch.inference_mode(), m.generation_context(None, False, need_attn):
-        encoder_out = m.encode(src_tokens, src_lengths)
-        prev = torch.full((bsz, 1), m.eos, dtype=torch.long, device=device)  # (B, t+1)
-        picked_lprobs, attns = [], []
-        done = torch.zeros(bsz, dtype=torch.bool, device=device)  # (B,)
-        ends = torch.full((bsz,), -1, dtype=torch.long, device=device)  # step of each EOS
-        for step in range(max(limits) + 1):
-            lprobs, attn = m.decode(prev, encoder_out, None)  # full forward: (B, V), (B, S)
-            lprobs = lprobs.clone()
-            lprobs[:, m.pad] = NEG_INF
-            lprobs[:, m.unk] -= unk_penalty
-            if step < min_len:
-                lprobs[:, m.eos] = NEG_INF
-            at_limit = limits_t.le(step)  # (B,)
-            eos_lp = lprobs[:, m.eos].clone()
-            # masked_fill, not lprobs[at_limit]: boolean indexing counts the rows on the host
-            lprobs.masked_fill_(at_limit.unsqueeze(1), NEG_INF)
-            lprobs[:, m.eos] = torch.where(at_limit, eos_lp, lprobs[:, m.eos])
-            token = lprobs.argmax(dim=1)  # (B,)
-            picked_lprobs.append(lprobs.gather(1, token.unsqueeze(1)))  # (B, 1)
-            if attn is not None:
-                attns.append(attn)
-            ends = torch.where(~done & token.eq(m.eos), torch.full_like(ends, step), ends)
-            done |= token.eq(m.eos)
-            prev = torch.cat([prev, token.unsqueeze(1)], dim=1)
-            # the step's one host read: stopping when all are done saves the quadratic forward
-            if bool(done.all()):
-                break
+    encoder_out = m.encode(src_tokens, src_lengths)
+    prev = torch.full((bsz, 1), m.eos, dtype=torch.long, device=device)  # (B, t+1)
+    picked_lprobs, attns = [], []
+    done = torch.zeros(bsz, dtype=torch.bool, device=device)  # (B,)
+    ends = torch.full((bsz,), -1, dtype=torch.long, device=device)  # step of each EOS
+    for step in range(max(limits) + 1):
+        lprobs, attn = m.decode(prev, encoder_out, None)  # full forward: (B, V), (B, S)
+        lprobs = lprobs.clone()
+        lprobs[:, m.pad] = NEG_INF
+        lprobs[:, m.unk] -= unk_penalty
+        if step < min_len:
+            lprobs[:, m.eos] = NEG_INF
+        at_limit = limits_t.le(step)  # (B,)
+        eos_lp = lprobs[:, m.eos].clone()
+        # masked_fill, not lprobs[at_limit]: boolean indexing counts the rows on the host
+        lprobs.masked_fill_(at_limit.unsqueeze(1), NEG_INF)
+        lprobs[:, m.eos] = torch.where(at_limit, eos_lp, lprobs[:, m.eos])
+        token = lprobs.argmax(dim=1)  # (B,)
+        picked_lprobs.append(lprobs.gather(1, token.unsqueeze(1)))  # (B, 1)
+        if attn is not None:
+            attns.append(attn)
+        ends = torch.where(~done & token.eq(m.eos), torch.full_like(ends, step), ends)
+        done |= token.eq(m.eos)
+        prev = torch.cat([prev, token.unsqueeze(1)], dim=1)
+        # the step's one host read: stopping when all are done saves the quadratic forward
+        if bool(done.all()):
+            break
 
     out = []
     lps = torch.cat(picked_lprobs, dim=1)  # (B, steps)

@@ -22,13 +22,12 @@ import torch
 
 from convseq.search.common import (
     Hypothesis,
-    SearchModel,
+    SearchBatch,
+    SearchSettings,
     SearchTimer,
-    as_search_model,
-    check_arguments,
     length_normalise,
-    max_lengths,
     phase_of,
+    run_search,
 )
 
 NEG_INF = float("-inf")
@@ -53,52 +52,29 @@ def reference_beam_search(
     need_attn: bool = True,
 ) -> list[list[Hypothesis]]:
     """`convseq.search.beam_search`'s contract, computed with per-hypothesis Python loops."""
-    search_model = as_search_model(model)
-    check_arguments(src_tokens, src_lengths, beam, nbest, min_len, lenpen, unk_penalty)
-    if src_tokens.size(0) == 0:
-        return []
-    context = search_model.generation_context(
-        beam if beamable_mm else None, fold_weight_norm, need_attn
-    )
-    with torch.inference_mode(), context:
-        finalized = _ReferenceSearch(
-            search_model, src_tokens, src_lengths, beam, lenpen, unk_penalty, min_len,
-            max_len_a, max_len_b, normalize_scores, timer,
-        ).run()  # fmt: skip
+    settings = SearchSettings(
+        beam, lenpen, unk_penalty, min_len, max_len_a, max_len_b, nbest, normalize_scores,
+        fold_weight_norm, beamable_mm, need_attn,
+    )  # fmt: skip
+
+    def search(batch: SearchBatch) -> list[list[Hypothesis]]:
+        return _ReferenceSearch(batch, settings, timer).run()
+
+    finalized = run_search(search, model, src_tokens, src_lengths, settings)
     return [sorted(hyps, key=lambda h: h["score"], reverse=True)[:nbest] for hyps in finalized]
 
 
 class _ReferenceSearch:
     """One batch's search; the history is kept as per-step back-pointers, like Lua's."""
 
-    def __init__(
-        self,
-        m: SearchModel,
-        src_tokens: torch.Tensor,
-        src_lengths: torch.Tensor,
-        beam: int,
-        lenpen: float,
-        unk_penalty: float,
-        min_len: int,
-        max_len_a: float,
-        max_len_b: int,
-        normalize: bool,
-        timer: SearchTimer | None,
-    ):
-        self.m = m
-        self.src_tokens = src_tokens
-        self.src_lengths = src_lengths
-        self.beam = beam
-        self.lenpen = lenpen
-        self.unk_penalty = unk_penalty
-        self.min_len = min_len
-        self.normalize = normalize
+    def __init__(self, batch: SearchBatch, settings: SearchSettings, timer: SearchTimer | None):
+        self.m, self.src_tokens, self.src_lengths = batch.model, batch.src_tokens, batch.src_lengths
+        self.src_lens, self.limits = batch.src_lens, batch.limits
+        self.width = batch.src_tokens.size(1)
+        s = settings
+        self.beam, self.lenpen, self.unk_penalty = s.beam, s.lenpen, s.unk_penalty
+        self.min_len, self.normalize = s.min_len, s.normalize_scores
         self.phase = phase_of(timer)
-        self.width = src_tokens.size(1)
-        self.src_lens = src_lengths.tolist()
-        self.limits = max_lengths(
-            self.src_lens, max_len_a, max_len_b, m.max_target_positions(), min_len, self.width
-        )
         # per step: for each row of the next step, its token, parent row and token log-prob
         self.tokens: list[list[int]] = []
         self.parents: list[list[int]] = []
