@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from convseq.errors import ConvseqError
-from convseq.viz.canvas import save_png
+from convseq.viz.canvas import new_figure, save_png
 
 __all__ = ["AttentionMap", "attention_map", "draw_attention", "write_attention_plots"]
 
@@ -69,15 +69,11 @@ def attention_map(record: Mapping[str, Any]) -> AttentionMap:
 
 def draw_attention(amap: AttentionMap, title: str | None = None) -> Any:
     """A matplotlib Figure (Agg canvas) of the heatmap, with a colour bar."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     rows, cols = amap.weights.shape
     # about 0.32 inch per piece so the labels stay legible, within sane bounds
     width = min(max(4.0, 0.32 * cols + 2.5), 30.0)
     height = min(max(3.5, 0.32 * rows + 1.8), 30.0)
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(width, height)
     ax = fig.subplots()
     image = ax.imshow(amap.weights, cmap="viridis", vmin=0.0, aspect="auto", interpolation="none")
     ax.set_xticks(range(cols))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convseq.viz.canvas import label_epoch_panels, save_png
+from convseq.viz.canvas import finish_figure, label_epoch_panels, new_figure, plot_lr, save_png
 
 __all__ = ["X_AXES", "draw_curves", "finite_points", "plot_curves"]
 
@@ -41,16 +41,12 @@ def draw_curves(curves: Sequence[dict[str, Any]], title: str = "", x: str = "epo
         x: ``epoch``, or ``updates`` (for runs that validate every N updates: a point per
             validation, at its update count).
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     if x not in X_AXES:
         raise ValueError(f"x={x!r}: choose one of {X_AXES}")
     keys = ("epoch", "valid_loss", "lr")
     if x == "updates":
         keys = ("validation_updates", "validation_loss", "validation_lr")
-    fig = Figure(figsize=(11, 4.2), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(11, 4.2)
     ax_loss, ax_lr = fig.subplots(1, 2)
     any_lr = False
     for curve in curves:
@@ -58,20 +54,13 @@ def draw_curves(curves: Sequence[dict[str, Any]], title: str = "", x: str = "epo
         xs = curve.get(keys[0]) or []
         px, py = finite_points(xs, curve.get(keys[1]) or [])
         ax_loss.plot(px, py, marker="o", markersize=3, label=label)
-        px, py = finite_points(xs, curve.get(keys[2]) or [])
-        positive = [(a, b) for a, b in zip(px, py) if b > 0]
-        any_lr = any_lr or bool(positive)
-        ax_lr.plot([a for a, _ in positive], [b for _, b in positive], marker="o", markersize=3)
+        drawn = plot_lr(ax_lr, *finite_points(xs, curve.get(keys[2]) or []))
+        any_lr = any_lr or drawn
     label_epoch_panels(ax_loss, ax_lr, log_lr=any_lr)
     if x == "updates":
         ax_loss.set_xlabel("update")
         ax_lr.set(xlabel="update", title="learning rate (at each validation)")
-    if curves:
-        ax_loss.legend(fontsize="small", loc="best")
-    if title:
-        fig.suptitle(title, fontsize="medium")
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, ax_loss if curves else None, title)
 
 
 def plot_curves(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convseq.viz.canvas import label_epoch_panels, save_png
+from convseq.viz.canvas import finish_figure, label_epoch_panels, new_figure, plot_lr, save_png
 from convseq.viz.curves import finite_points
 
 if TYPE_CHECKING:
@@ -61,11 +61,7 @@ def draw_runs(
     Lines are drawn in run order, one per run and panel, so ``ax.lines[i]`` is run ``i``'s;
     the mark is an extra, last line of the BLEU panel.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(15, 4.4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(15, 4.4)
     ax_bleu, ax_loss, ax_lr = fig.subplots(1, 3)
     any_lr = False
     for c in curves:
@@ -74,11 +70,8 @@ def draw_runs(
         color = line.get_color()  # the same run has the same color in every panel
         x, y = finite_points(c.epoch, c.valid_loss)
         ax_loss.plot(x, y, marker="o", markersize=3, color=color)
-        x, y = finite_points(c.epoch, c.lr)
-        positive = [(a, b) for a, b in zip(x, y) if b > 0]  # a log axis cannot show lr <= 0
-        any_lr = any_lr or bool(positive)
-        xs, ys = [a for a, _ in positive], [b for _, b in positive]
-        ax_lr.plot(xs, ys, marker="o", markersize=3, color=color)
+        drawn = plot_lr(ax_lr, *finite_points(c.epoch, c.lr), color=color)
+        any_lr = any_lr or drawn
     if mark_minutes is not None:
         ax_bleu.axvline(mark_minutes, color="0.4", linestyle="--", linewidth=1)
         ax_bleu.text(
@@ -87,12 +80,7 @@ def draw_runs(
     ax_bleu.set(xlabel="training minutes (cumulative)", ylabel="BLEU", title="validation BLEU")
     label_epoch_panels(ax_loss, ax_lr, log_lr=any_lr)
     ax_bleu.grid(True, alpha=0.3)
-    if curves:
-        ax_bleu.legend(fontsize="small", loc="best")
-    if title:
-        fig.suptitle(title, fontsize="medium")
-    fig.tight_layout()
-    return fig
+    return finish_figure(fig, ax_bleu if curves else None, title)
 
 
 def plot_runs(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convseq.viz.canvas import save_png
+from convseq.viz.canvas import new_figure, save_png
 
 __all__ = ["draw_time_breakdown", "write_time_breakdown"]
 
@@ -33,12 +33,8 @@ def draw_time_breakdown(
         wall: the wall time the percentages are shares of.
         title: the chart's title (the wall time is appended).
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     n = len(rows)
-    fig = Figure(figsize=(10, max(2.5, 0.38 * n + 1.2)), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(10, max(2.5, 0.38 * n + 1.2))
     ax = fig.subplots()
     seconds = [max(float(secs), 0.0) for _, secs, _ in rows]  # a tiny negative remainder: 0
     labels = [label for label, _, _ in rows]
