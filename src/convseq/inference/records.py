@@ -46,13 +46,19 @@ def best_texts(records: Sequence[Mapping[str, Any]], total: int) -> list[str]:
     return [r["hypotheses"][0]["text"] for r in records]
 
 
-def write_nbest(path: Path, records: Sequence[Mapping[str, Any]], refs: Sequence[str]) -> None:
-    """fairseq-generate's S/T/H/D/P/A lines for every sentence; scores in base 2, as fairseq's."""
+def write_nbest(
+    path: Path, records: Sequence[Mapping[str, Any]], refs: Sequence[str] | None
+) -> None:
+    """fairseq-generate's S/T/H/D/P/A lines for every sentence; scores in base 2, as fairseq's.
+
+    ``refs=None`` (no reference) writes no ``T-`` lines, as fairseq-interactive prints none.
+    """
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for r in records:
             i = r["id"]
             f.write(f"S-{i}\t{' '.join(r['src_symbols'][:-1])}\n")
-            f.write(f"T-{i}\t{refs[i]}\n")
+            if refs is not None:
+                f.write(f"T-{i}\t{refs[i]}\n")
             for h in r["hypotheses"]:
                 score = f"{h['score'] / LN2:.6f}"
                 pieces = " ".join(h["symbols"][:-1])

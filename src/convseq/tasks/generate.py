@@ -184,7 +184,8 @@ def write_outputs(
     """generate-<name>.txt and .nbest.txt, and the attention heatmaps; (hypotheses, PNGs)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     hyp_path = write_hypotheses(out_dir / f"generate-{job.name}.txt", hyps)
-    write_nbest_file(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
+    # no reference (gen.input alone): no T- lines
+    write_nbest(out_dir / f"generate-{job.name}.nbest.txt", listed, job.refs)
     pngs = []
     if plot_attention:
         pngs = write_attention_plots(records, out_dir, job.name, plot_attention)
@@ -356,18 +357,6 @@ def output_lines(job: Job, records: list[dict]) -> tuple[list[str], list[dict], 
         for i in sorted(set(range(job.total)) - set(job.rows))
     ]
     return hyps, placed, sorted(placed + empty, key=lambda r: r["id"])
-
-
-def write_nbest_file(path: Path, records: Sequence[dict], refs: Sequence[str] | None) -> None:
-    """The n-best file; ``T-`` lines only when there is a reference."""
-    write_nbest(path, records, refs if refs is not None else [""] * len(records))
-    if refs is None:
-        # write_nbest writes a T- line per sentence; without a reference there is nothing to
-        # show (fairseq-interactive prints none). Lines are split on \n only: hypotheses may
-        # hold other line-break characters (U+2028, form feeds) that splitlines would cut at
-        lines = path.read_text(encoding="utf-8").split("\n")
-        kept = [ln for ln in lines if not ln.startswith("T-")]
-        path.write_text("\n".join(kept), encoding="utf-8", newline="\n")
 
 
 def _phase(profiler: GenerationProfiler | None, name: str) -> AbstractContextManager:
