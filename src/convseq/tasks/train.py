@@ -27,6 +27,7 @@ import math
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from convseq.checkpoints.io import (
 )
 from convseq.common.plain import to_plain
 from convseq.data.databin import DataBin
+from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
@@ -57,6 +59,7 @@ from convseq.training.build import (
 )
 from convseq.training.callbacks import TrainingInterrupted
 from convseq.training.intervals import validation_interval
+from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
 from convseq.training.valid_bleu import TestBleu
@@ -107,6 +110,54 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
     )
     output_dir = Path(cfg["paths"]["output_dir"]).absolute()
+    resume = _open_run_folder(cfg, output_dir)
+    run = _build_run(cfg, output_dir, resume, callbacks)
+    fit = _fit(run)
+    test_hypotheses, test_sets = _final_test(run, fit)
+    summary = _summary(run, fit, test_hypotheses, test_sets, t_start)
+    _add_profile(run.trainer, summary)
+    _report(output_dir, summary)
+    return float(summary["best_value"])
+
+
+@dataclass
+class _Run:
+    """One training run's parts, as `_build_run` puts them together."""
+
+    cfg: dict[str, Any]
+    output_dir: Path
+    resume: Path | None  # the checkpoint the run continues from
+    module: ConvSeqModule
+    datamodule: TranslationDataModule
+    callbacks: dict[str, pl.Callback]  # convseq's own, by role ("best", "test_bleu", ...)
+    trainer: pl.Trainer
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.output_dir / CHECKPOINT_DIR
+
+
+@dataclass
+class _Fit:
+    """What fitting left, taken before testing: loading best.ckpt for the test restores that
+    epoch's module and callback states."""
+
+    interrupted: bool  # stopped by SIGTERM/SIGINT (TrainingInterrupted)
+    history: list[dict[str, Any]]  # per epoch
+    seconds: float  # training time
+    best_path: str  # best.ckpt, or "" when none was saved
+    reason: str  # the stop reason
+    epochs: int
+    updates: int  # fp16 updates the loss scaler skipped are not counted
+
+
+def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
+    """The checkpoint to resume from (None: a new run), the run folder checked for it.
+
+    A new run refuses a folder that already holds one; rank 0 (the only rank that writes
+    checkpoints) checks that the checkpoint folder is writable and, when resuming, removes the
+    temporary files of a process killed while saving.
+    """
     ckpt_dir = output_dir / CHECKPOINT_DIR
     resume = resolve_resume(cfg.get("resume", False), output_dir)
     if resume is None and (ckpt_dir / LAST).exists():
@@ -118,6 +169,19 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         check_writable(ckpt_dir)  # an unwritable folder fails now, not after the first epoch
         if resume is not None:
             remove_stale_temps(ckpt_dir)  # left by a process killed while saving
+    return resume
+
+
+def _build_run(
+    cfg: dict[str, Any],
+    output_dir: Path,
+    resume: Path | None,
+    callbacks: list[pl.Callback] | None,
+) -> _Run:
+    """Seed, prepare the data-bin, build the module (checked against ``resume``), the data
+    module, convseq's callbacks and the Trainer; a resumed run's metrics.csv loses the rows
+    logged after the checkpoint."""
+    ckpt_dir = output_dir / CHECKPOINT_DIR
     seed = int(cfg.get("seed", 1))
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
@@ -137,10 +201,15 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
         truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
+    return _Run(cfg, output_dir, resume, module, dm, cbs, trainer)
 
+
+def _fit(run: _Run) -> _Fit:
+    """Fit (from ``run.resume`` if set) and take the run's figures before anything is tested."""
+    module, trainer, resume = run.module, run.trainer, run.resume
     interrupted = False
     try:
-        trainer.fit(module, datamodule=dm, ckpt_path=str(resume) if resume else None)
+        trainer.fit(module, datamodule=run.datamodule, ckpt_path=str(resume) if resume else None)
     except TrainingInterrupted:
         interrupted = True
 
@@ -148,64 +217,92 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     # callback states.
     history = [dict(h) for h in module.history]
     seconds = module.training_seconds()
-    best_path = getattr(cbs["best"], "best_model_path", "") or ""
-    max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
-    reason = stop_reason(trainer, cbs, max_epochs)
+    best_path = getattr(run.callbacks["best"], "best_model_path", "") or ""
+    max_epochs = int(run.cfg["trainer"].get("max_epochs") or 0)
+    reason = stop_reason(trainer, run.callbacks, max_epochs)
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = module.updates  # fp16 updates the loss scaler skipped are not counted
+    return _Fit(interrupted, history, seconds, best_path, reason, epochs, updates)
+
+
+def _final_test(run: _Run, fit: _Fit) -> tuple[Path | None, dict[str, dict]]:
+    """Evaluate the test split with the best checkpoint, unless interrupted or ``final_test``
+    is off; with `TestBleu`, write (rank 0) and score its translations and the extra test sets'.
+
+    Returns:
+        generate-test.txt (None when nothing was translated) and the extra test sets' figures.
+    """
+    module, trainer = run.module, run.trainer
     # final_test=false: a tuning run never evaluates on test
-    evaluate = bool(cfg.get("final_test", True)) and not interrupted
+    evaluate = bool(run.cfg.get("final_test", True)) and not fit.interrupted
     if evaluate:
         # a fast_dev_run tests the weights in memory, other runs best.ckpt's
-        ckpt_path = None if trainer.fast_dev_run else (best_path or None)
-        trainer.test(module, datamodule=dm, ckpt_path=ckpt_path, verbose=False)
+        ckpt_path = None if trainer.fast_dev_run else (fit.best_path or None)
+        trainer.test(module, datamodule=run.datamodule, ckpt_path=ckpt_path, verbose=False)
     test_hypotheses: Path | None = None
     test_sets: dict[str, dict] = {}
-    test_bleu = cbs.get("test_bleu")
+    test_bleu = run.callbacks.get("test_bleu")
     if evaluate and isinstance(test_bleu, TestBleu) and test_bleu.scores is not None:
         # translated inside trainer.test, on the training device(s), with best.ckpt's weights
         scores = test_bleu.scores
         module.test_figures.update({"test/bleu": scores.bleu, "test/chrf": scores.chrf})
         module.test_figures["test/bleu_signature"] = scores.bleu_signature
-        test_hypotheses = output_dir / "generate-test.txt"
+        test_hypotheses = run.output_dir / "generate-test.txt"
         if trainer.is_global_zero:
             write_hypotheses(test_hypotheses, test_bleu.hypotheses)
             for line in scores.lines():
                 print(f"convseq: test {line}", flush=True)
-        test_sets = extra_test_sets(test_bleu, output_dir, trainer.is_global_zero)
+        test_sets = extra_test_sets(test_bleu, run.output_dir, trainer.is_global_zero)
+    return test_hypotheses, test_sets
 
+
+def _summary(
+    run: _Run,
+    fit: _Fit,
+    test_hypotheses: Path | None,
+    test_sets: dict[str, dict],
+    t_start: float,
+) -> dict[str, Any]:
+    """summary.json's content (see the module docstring), with the best `optimized_metric`."""
+    cfg, module, ckpt_dir = run.cfg, run.module, run.ckpt_dir
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
     maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
     validations = [dict(v) for v in module.validations]
     by_updates = validation_interval(cfg) > 0
-    best_value, best_epoch = best_of(validations if by_updates else history, metric, maximize)
-    summary = {
-        "epochs": epochs,
-        "updates": updates,
+    best_value, best_epoch = best_of(validations if by_updates else fit.history, metric, maximize)
+    test_bleu = run.callbacks.get("test_bleu")
+    return {
+        "epochs": fit.epochs,
+        "updates": fit.updates,
         "skipped_updates": module.skipped_updates,
-        "train_seconds": seconds,
-        "seconds_per_epoch": seconds / max(epochs, 1),
+        "train_seconds": fit.seconds,
+        "seconds_per_epoch": fit.seconds / max(fit.epochs, 1),
         "process_seconds": time.perf_counter() - t_start,
-        "stop_reason": reason,
-        "interrupted": interrupted,
+        "stop_reason": fit.reason,
+        "interrupted": fit.interrupted,
         "optimized_metric": metric,
         "best_value": best_value,
         "best_epoch": best_epoch,
-        "best_checkpoint": best_path or None,
+        "best_checkpoint": fit.best_path or None,
         "last_checkpoint": str(ckpt_dir / LAST) if (ckpt_dir / LAST).exists() else None,
-        "resumed_from": str(resume) if resume else None,
+        "resumed_from": str(run.resume) if run.resume else None,
         "test": dict(module.test_figures),
         "test_hypotheses": str(test_hypotheses) if test_hypotheses else None,
         # data.test_sets: name -> sentences, bleu, chrf, signatures, hypotheses file
         "test_sets": test_sets,
         # where the end-of-training translation ran (the training device), e.g. "cuda:0"
         "test_device": test_bleu.device if isinstance(test_bleu, TestBleu) else None,
-        "history": history,
+        "history": fit.history,
         # every validation with its epoch and update count (inside epochs with
         # validate_interval_updates)
         "validations": validations,
     }
+
+
+def _add_profile(trainer: pl.Trainer, summary: dict[str, Any]) -> None:
+    """With `profile=true` (an `EpochProfiler`): the mean epoch breakdown into ``summary``,
+    and its table printed (rank 0)."""
     if isinstance(trainer.profiler, EpochProfiler):
         profiler = trainer.profiler
         summary["profile"] = {
@@ -215,8 +312,6 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
         }
         if trainer.is_global_zero:
             print(trainer.profiler.table(), flush=True)
-    _report(output_dir, summary)
-    return float(best_value)
 
 
 def extra_test_sets(test_bleu: TestBleu, output_dir: Path, write: bool) -> dict[str, dict]:
