@@ -17,6 +17,7 @@ without comparing copies on the device.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -94,122 +95,193 @@ def beam_search(
 def _search(
     batch: SearchBatch, settings: SearchSettings, timer: SearchTimer | None, shrink: bool
 ) -> list[list[Hypothesis]]:
-    m, src_tokens, src_lengths = batch.model, batch.src_tokens, batch.src_lengths
-    src_lens, limits = batch.src_lens, batch.limits
-    s = settings
-    K, lenpen, unk_penalty, min_len = s.beam, s.lenpen, s.unk_penalty, s.min_len
-    normalize, nbest = s.normalize_scores, s.nbest
+    """One batch's search: per step, decode, score the candidates, select the next beams,
+    finalise the hypotheses that end, and reorder the state for the beams kept."""
+    m, s = batch.model, settings
     phase = phase_of(timer)
-    device = src_tokens.device
-    bsz, width = src_tokens.shape
-    pad, eos, unk = m.pad, m.eos, m.unk
-    n_steps = max(limits) + 1
-
+    K, bsz, device = s.beam, batch.src_tokens.size(0), batch.src_tokens.device
     with phase("encoder"):
-        encoder_out = m.encode(src_tokens, src_lengths)
+        encoder_out = m.encode(batch.src_tokens, batch.src_lengths)
         expand = torch.arange(bsz, device=device).repeat_interleave(K)  # (bsz*K,) 0,0,..,1,1,..
         encoder_out = m.reorder_encoder_out(encoder_out, expand)
+    beams = _start(batch, K, encoder_out)
 
-    state: dict = {}
-    history = History(bsz * K, n_steps, eos, device)
+    for step in range(max(batch.limits) + 1):
+        with phase("decoder"):
+            tokens = beams.history.tokens(beams.bsz * K, step)  # (rows, step + 1)
+            lprobs, step_attn = m.decode(tokens, beams.encoder_out, beams.state)
+        if step_attn is not None:
+            with phase("reorder"):  # history bookkeeping
+                beams.history.store_attention(step_attn, step)  # (rows, S)
+
+        with phase("candidates"):
+            act_scores, act_idx, eos_lprobs, at_limit = _candidates(lprobs, step, beams, s)
+
+        with phase("selection"):
+            parents, new_tokens, new_lprobs, host = _select(
+                act_scores, act_idx, lprobs, eos_lprobs, beams.cum,
+                beams.row_offsets[: beams.bsz], lprobs.size(1), K,
+                step >= s.min_len,  # before min_len no EOS can finish: nothing to read
+            )  # fmt: skip
+            beams.cum = act_scores  # (bsz, K)
+
+        newly_finished: list[int] = []  # batch positions
+        if host is not None:
+            with phase("finalisation"):
+                newly_finished = _finish_sentences(host, at_limit, step, beams, s)
+            beams.remaining -= len(newly_finished)
+        if beams.remaining == 0:
+            break
+
+        with phase("reorder"):
+            _reorder(beams, parents, new_tokens, new_lprobs, newly_finished, shrink, step)
+    with phase("finalisation"):
+        width = batch.src_tokens.size(1)
+        return _build(beams.finalized, beams.blocks, s.nbest, batch.src_lens, width)
+
+
+@dataclass
+class _Beams:
+    """A batch's search state between steps: the sentences still in the batch, their
+    hypotheses (cumulative scores, history, decoder state) and the finished ones."""
+
+    model: Any  # the SearchModel
+    K: int  # the beam
+    limits: list[int]  # per input sentence, its last step
+    encoder_out: Any  # K copies per sentence still in the batch
+    history: History
+    cum: torch.Tensor  # (rows,) cumulative log-prob of each hypothesis; (bsz, K) after selection
+    row_offsets: torch.Tensor  # (bsz, 1) first row of each sentence
+    bsz: int  # sentences still in the batch
+    sent_ids: list[int]  # batch position -> input sentence
+    min_limit: int  # the smallest last step of the sentences still in the batch
+    # per sentence, its finished hypotheses as (score, block, row in block), in finishing order;
+    # the dicts are built at the end for the nbest kept only (most finished ones are dropped)
+    finalized: list[list[tuple[float, int, int]]]
+    finished: list[bool]  # per input sentence
+    remaining: int  # sentences not finished
+    state: dict = field(default_factory=dict)  # the decoder's incremental state
+    blocks: list[tuple] = field(default_factory=list)  # per step with finished hypotheses:
+    # (tokens, lprobs, attention)
+    total_buf: torch.Tensor | None = None  # (bsz*K, V) scores of every continuation, reused
+
+
+def _start(batch: SearchBatch, K: int, encoder_out: Any) -> _Beams:
+    """The state before the first step: every sentence in the batch with one live beam.
+
+    ``encoder_out`` holds K copies of each sentence's encoder output.
+    """
+    m, limits = batch.model, batch.limits
+    device = batch.src_tokens.device
+    bsz = batch.src_tokens.size(0)
+    history = History(bsz * K, max(limits) + 1, m.eos, device)
     # all beams of a sentence start identical: only beam 0 is live at step 0 (the others score
     # -inf, which also covers vocabularies smaller than the beam)
     cum = torch.zeros(bsz, K, device=device)
     cum[:, 1:] = NEG_INF
     cum = cum.view(-1)  # (rows,) cumulative log-prob of each hypothesis
-    total_buf: torch.Tensor | None = None  # (bsz*K, V) scores of every continuation, reused
     row_offsets = torch.arange(bsz, device=device).unsqueeze(1) * K  # (bsz, 1) first row of each
-    sent_ids = list(range(bsz))  # batch position -> input sentence
-    min_limit = min(limits)
-    # per sentence, its finished hypotheses as (score, block, row in block), in finishing order;
-    # the dicts are built at the end for the nbest kept only (most finished ones are dropped)
-    finalized: list[list[tuple[float, int, int]]] = [[] for _ in range(bsz)]
-    blocks: list[tuple] = []  # per step with finished hypotheses: (tokens, lprobs, attention)
-    finished = [False] * bsz
-    remaining = bsz
+    return _Beams(
+        m, K, limits, encoder_out, history, cum, row_offsets, bsz,
+        sent_ids=list(range(bsz)), min_limit=min(limits),
+        finalized=[[] for _ in range(bsz)], finished=[False] * bsz, remaining=bsz,
+    )  # fmt: skip
 
-    for step in range(n_steps):
-        rows = bsz * K
-        with phase("decoder"):
-            lprobs, step_attn = m.decode(history.tokens(rows, step), encoder_out, state)
-        if step_attn is not None:
-            with phase("reorder"):  # history bookkeeping
-                history.store_attention(step_attn, step)  # (rows, S)
 
-        with phase("candidates"):
-            vocab = lprobs.size(1)
-            # a NaN would win the topk (it sorts above everything): make it impossible instead;
-            # nan_to_num_ does it in one pass (isnan + masked_fill takes two and a mask)
-            lprobs.nan_to_num_(nan=NEG_INF, posinf=POS_INF, neginf=NEG_INF)
-            lprobs[:, pad] = NEG_INF
-            if unk_penalty:
-                lprobs[:, unk] -= unk_penalty
-            if step < min_len:
-                lprobs[:, eos] = NEG_INF
-            at_limit: list[int] = []  # batch positions whose sentence must end now
-            if step >= min_limit:  # host-side ints: no device work for sentences not there yet
-                at_limit = [b for b, sent in enumerate(sent_ids) if limits[sent] <= step]
-                _force_eos(lprobs.view(bsz, K, vocab), at_limit, eos)
-            # EOS candidates are scored apart (one per hypothesis): the topk then ranks only
-            # continuations, and its K best are exactly fairseq's active hypotheses (the first
-            # K non-EOS among the 2K best candidates, since at most K of those are EOS)
-            eos_lprobs = history.eos_lprobs(lprobs, eos, step)  # (rows,)
-            lprobs[:, eos] = NEG_INF
-            if step == 0 and vocab >= K:
-                # every beam holds the same prefix: rank the first copy only (its cum is 0)
-                act_scores, act_idx = lprobs.view(bsz, K, vocab)[:, 0].topk(K, dim=1)
-            else:
-                if total_buf is None or total_buf.size(1) != vocab:
-                    total_buf = lprobs.new_empty(bsz * K, vocab)
-                total = torch.add(lprobs, cum.unsqueeze(1), out=total_buf[:rows])  # (rows, V)
-                act_scores, act_idx = total.view(bsz, K * vocab).topk(K, dim=1)  # (bsz, K)
+def _candidates(
+    lprobs: torch.Tensor, step: int, beams: _Beams, s: SearchSettings
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Mask the step's log-probs in place and rank each sentence's continuations.
 
-        with phase("selection"):
-            parents, new_tokens, new_lprobs, host = _select(
-                act_scores, act_idx, lprobs, eos_lprobs, cum, row_offsets[:bsz], vocab, K,
-                step >= min_len,  # before min_len no EOS can finish: nothing to read
-            )  # fmt: skip
-            cum = act_scores  # (bsz, K)
+    Returns:
+        the K best continuations of each sentence, (bsz, K) scores and indices into
+        beam x vocab; the EOS log-probs set apart (rows,); the batch positions whose sentence
+        must end now.
+    """
+    m, K, bsz = beams.model, beams.K, beams.bsz
+    rows = bsz * K
+    eos = m.eos
+    vocab = lprobs.size(1)
+    # a NaN would win the topk (it sorts above everything): make it impossible instead;
+    # nan_to_num_ does it in one pass (isnan + masked_fill takes two and a mask)
+    lprobs.nan_to_num_(nan=NEG_INF, posinf=POS_INF, neginf=NEG_INF)
+    lprobs[:, m.pad] = NEG_INF
+    if s.unk_penalty:
+        lprobs[:, m.unk] -= s.unk_penalty
+    if step < s.min_len:
+        lprobs[:, eos] = NEG_INF
+    at_limit: list[int] = []  # batch positions whose sentence must end now
+    if step >= beams.min_limit:  # host-side ints: no device work for sentences not there yet
+        at_limit = [b for b, sent in enumerate(beams.sent_ids) if beams.limits[sent] <= step]
+        _force_eos(lprobs.view(bsz, K, vocab), at_limit, eos)
+    # EOS candidates are scored apart (one per hypothesis): the topk then ranks only
+    # continuations, and its K best are exactly fairseq's active hypotheses (the first
+    # K non-EOS among the 2K best candidates, since at most K of those are EOS)
+    eos_lprobs = beams.history.eos_lprobs(lprobs, eos, step)  # (rows,)
+    lprobs[:, eos] = NEG_INF
+    if step == 0 and vocab >= K:
+        # every beam holds the same prefix: rank the first copy only (its cum is 0)
+        act_scores, act_idx = lprobs.view(bsz, K, vocab)[:, 0].topk(K, dim=1)
+    else:
+        if beams.total_buf is None or beams.total_buf.size(1) != vocab:
+            beams.total_buf = lprobs.new_empty(bsz * K, vocab)
+        total = torch.add(lprobs, beams.cum.unsqueeze(1), out=beams.total_buf[:rows])  # (rows, V)
+        act_scores, act_idx = total.view(bsz, K * vocab).topk(K, dim=1)  # (bsz, K)
+    return act_scores, act_idx, eos_lprobs, at_limit
 
-        newly_finished: list[int] = []  # batch positions
-        if host is not None:
-            with phase("finalisation"):
-                newly_finished = _finalise(
-                    host, step, K, lenpen, normalize, history, sent_ids, finalized, blocks, finished
-                )
-                for b in at_limit:  # a sentence at its maximum length is done
-                    sent = sent_ids[b]
-                    if not finished[sent]:
-                        finished[sent] = True
-                        newly_finished.append(b)
-            remaining -= len(newly_finished)
-        if remaining == 0:
-            break
 
-        with phase("reorder"):
-            shrunk = shrink and bool(newly_finished)
-            if shrunk:
-                keep = [b for b, sent in enumerate(sent_ids) if not finished[sent]]
-                keep_t = index_tensor(keep, device)  # (new bsz,)
-                parents, new_tokens, new_lprobs, cum = (
-                    t.index_select(0, keep_t) for t in (parents, new_tokens, new_lprobs, cum)
-                )  # (new bsz, K) each
-                sent_ids = [sent_ids[b] for b in keep]
-                bsz = len(keep)
-                min_limit = min(limits[s] for s in sent_ids)
-            parents = parents.view(-1)  # (rows',) in this step's numbering
-            cum = cum.view(-1)
-            history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step)
-            # every hypothesis continues one of its own sentence's beam: told so, the decoder
-            # decides on the host whether its cached encoder output must be copied
-            with block_reorder(K, keep if shrunk else None):
-                m.reorder_incremental_state(state, parents)
-            if shrunk:
-                # the K copies of a sentence's encoder output are identical, so only removing
-                # sentences changes it: a reorder within beams would copy it for nothing
-                encoder_out = m.reorder_encoder_out(encoder_out, parents)
-    with phase("finalisation"):
-        return _build(finalized, blocks, nbest, src_lens, width)
+def _finish_sentences(
+    host: np.ndarray, at_limit: list[int], step: int, beams: _Beams, s: SearchSettings
+) -> list[int]:
+    """Finalise the step's hypotheses that end (`_finalise`); a sentence at its maximum length
+    is done as well. Returns the batch positions of the sentences finished at this step."""
+    newly_finished = _finalise(
+        host, step, beams.K, s.lenpen, s.normalize_scores, beams.history, beams.sent_ids,
+        beams.finalized, beams.blocks, beams.finished,
+    )  # fmt: skip
+    for b in at_limit:  # a sentence at its maximum length is done
+        sent = beams.sent_ids[b]
+        if not beams.finished[sent]:
+            beams.finished[sent] = True
+            newly_finished.append(b)
+    return newly_finished
+
+
+def _reorder(
+    beams: _Beams,
+    parents: torch.Tensor,
+    new_tokens: torch.Tensor,
+    new_lprobs: torch.Tensor,
+    newly_finished: list[int],
+    shrink: bool,
+    step: int,
+) -> None:
+    """Continue the selected hypotheses: finished sentences leave the batch (with ``shrink``),
+    the history grows by one token and the decoder state follows the parents."""
+    m, K = beams.model, beams.K
+    cum = beams.cum  # (bsz, K)
+    shrunk = shrink and bool(newly_finished)
+    keep: list[int] | None = None
+    if shrunk:
+        keep = [b for b, sent in enumerate(beams.sent_ids) if not beams.finished[sent]]
+        keep_t = index_tensor(keep, beams.history.device)  # (new bsz,)
+        parents, new_tokens, new_lprobs, cum = (
+            t.index_select(0, keep_t) for t in (parents, new_tokens, new_lprobs, cum)
+        )  # (new bsz, K) each
+        beams.sent_ids = [beams.sent_ids[b] for b in keep]
+        beams.bsz = len(keep)
+        beams.min_limit = min(beams.limits[s] for s in beams.sent_ids)
+    parents = parents.view(-1)  # (rows',) in this step's numbering
+    beams.cum = cum.view(-1)
+    beams.history.advance(parents, new_tokens.view(-1), new_lprobs.view(-1), step)
+    # every hypothesis continues one of its own sentence's beam: told so, the decoder
+    # decides on the host whether its cached encoder output must be copied
+    with block_reorder(K, keep):
+        m.reorder_incremental_state(beams.state, parents)
+    if shrunk:
+        # the K copies of a sentence's encoder output are identical, so only removing
+        # sentences changes it: a reorder within beams would copy it for nothing
+        beams.encoder_out = m.reorder_encoder_out(beams.encoder_out, parents)
 
 
 def _select(
