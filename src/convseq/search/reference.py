@@ -83,6 +83,7 @@ class _ReferenceSearch:
         self._total: torch.Tensor | None = None  # (rows, V) scores of every continuation
 
     def run(self) -> list[list[Hypothesis]]:
+        """Per input sentence, its finished hypotheses, in finishing order."""
         m, K, device = self.m, self.beam, self.src_tokens.device
         n_sent = self.src_tokens.size(0)
         with self.phase("encoder"):
@@ -108,27 +109,7 @@ class _ReferenceSearch:
                 best = self._topk(lprobs, scores, step, len(sentences))
 
             with self.phase("selection"):
-                vocab = lprobs.size(1)
-                values, idx, token_lps = (t.tolist() for t in best)  # per sentence, best first
-                # every sentence, every candidate, in Python: continue, finalise or skip
-                active_rows: list[list[tuple[int, int, float, float]]] = []
-                to_finalise: list[tuple[int, int, float, float]] = []  # (sentence, row, score, lp)
-                for b, sent in enumerate(sentences):
-                    active: list[tuple[int, int, float, float]] = []
-                    slots = K - len(finalized[sent])  # finished hypotheses it can still take
-                    for j, (score, flat, lp) in enumerate(zip(values[b], idx[b], token_lps[b])):
-                        beam, token = divmod(flat, vocab)
-                        if token == m.eos and score != NEG_INF:
-                            if j < K and slots > 0:
-                                to_finalise.append((sent, b * K + beam, score, lp))
-                                slots -= 1
-                        elif len(active) < K:
-                            active.append((b * K + beam, token, score, lp))
-                        if len(active) == K and j >= K - 1:
-                            break  # K continuations and no EOS left among the top K
-                    while len(active) < K:  # too few candidates (tiny vocabularies): dead rows
-                        active.append((b * K, m.pad, NEG_INF, NEG_INF))
-                    active_rows.append(active)
+                active_rows, to_finalise = self._select(best, lprobs.size(1), sentences, finalized)
 
             with self.phase("finalisation"):
                 for sent, row, score, lp in to_finalise:
@@ -144,18 +125,8 @@ class _ReferenceSearch:
 
             with self.phase("reorder"):
                 shrunk = len(keep) < len(sentences)
-                order, tokens, lps, new_scores = [], [], [], []
-                for b in keep:
-                    for row, token, score, lp in active_rows[b]:
-                        order.append(row)
-                        tokens.append(token)
-                        lps.append(lp)
-                        new_scores.append(score)
-                self.tokens.append(tokens)
-                self.parents.append(order)
-                self.lprobs.append(lps)
+                order, tokens, scores = self._record_step(keep, active_rows)
                 sentences = [sentences[b] for b in keep]
-                scores = new_scores
                 order_t = torch.tensor(order, device=device)
                 new_tokens = torch.tensor(tokens, device=device).unsqueeze(1)  # (rows', 1)
                 prev = torch.cat([prev.index_select(0, order_t), new_tokens], dim=1)
@@ -163,6 +134,62 @@ class _ReferenceSearch:
                 if shrunk:  # within-beam moves leave the (identical) encoder copies unchanged
                     encoder_out = m.reorder_encoder_out(encoder_out, order_t)
         return finalized
+
+    def _select(
+        self,
+        best: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        vocab: int,
+        sentences: list[int],
+        finalized: list[list[Hypothesis]],
+    ) -> tuple[list[list[tuple[int, int, float, float]]], list[tuple[int, int, float, float]]]:
+        """Lua's ``selectHypos``: every sentence, every candidate, in Python: continue, finalise
+        or skip.
+
+        Returns:
+            per batch position, its K continuations (row, token, score, token log-prob), and
+            the hypotheses to finalise (sentence, row, score, EOS log-prob).
+        """
+        m, K = self.m, self.beam
+        values, idx, token_lps = (t.tolist() for t in best)  # per sentence, best first
+        active_rows: list[list[tuple[int, int, float, float]]] = []
+        to_finalise: list[tuple[int, int, float, float]] = []  # (sentence, row, score, lp)
+        for b, sent in enumerate(sentences):
+            active: list[tuple[int, int, float, float]] = []
+            slots = K - len(finalized[sent])  # finished hypotheses it can still take
+            for j, (score, flat, lp) in enumerate(zip(values[b], idx[b], token_lps[b])):
+                beam, token = divmod(flat, vocab)
+                if token == m.eos and score != NEG_INF:
+                    if j < K and slots > 0:
+                        to_finalise.append((sent, b * K + beam, score, lp))
+                        slots -= 1
+                elif len(active) < K:
+                    active.append((b * K + beam, token, score, lp))
+                if len(active) == K and j >= K - 1:
+                    break  # K continuations and no EOS left among the top K
+            while len(active) < K:  # too few candidates (tiny vocabularies): dead rows
+                active.append((b * K, m.pad, NEG_INF, NEG_INF))
+            active_rows.append(active)
+        return active_rows, to_finalise
+
+    def _record_step(
+        self, keep: list[int], active_rows: list[list[tuple[int, int, float, float]]]
+    ) -> tuple[list[int], list[int], list[float]]:
+        """Append the kept sentences' continuations to the back-pointer history.
+
+        Returns:
+            for each row of the next step: its parent row, its token and its cumulative score.
+        """
+        order, tokens, lps, new_scores = [], [], [], []
+        for b in keep:
+            for row, token, score, lp in active_rows[b]:
+                order.append(row)
+                tokens.append(token)
+                lps.append(lp)
+                new_scores.append(score)
+        self.tokens.append(tokens)
+        self.parents.append(order)
+        self.lprobs.append(lps)
+        return order, tokens, new_scores
 
     def _mask(self, lprobs: torch.Tensor, step: int, sentences: list[int]) -> torch.Tensor:
         """Forbidden tokens get -inf; penalties; EOS forbidden early, forced at the limit."""
