@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from convseq.search import beam_search  # noqa: E402
-from convseq.search.common import IncrementalDecoderModel  # noqa: E402
+from convseq.search.interface import IncrementalDecoderModel  # noqa: E402
 from machine import machine, machine_line  # noqa: E402
 from search_inputs import (  # noqa: E402
     file_sources,

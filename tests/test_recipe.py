@@ -119,16 +119,16 @@ def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
 def test_a_run_without_final_test_never_evaluates_on_test(tiny_data, tmp_path, monkeypatch):
     """final_test=false (experiment=multi30k_tune): no test loss, no test translation."""
     import convseq.tasks.train
-    import convseq.training.valid_bleu
+    import convseq.training.bleu
     from convseq.data.datamodule import TranslationDataModule
 
     used = []
-    loader, scores = TranslationDataModule.test_dataloader, convseq.training.valid_bleu.model_scores
+    loader, scores = TranslationDataModule.test_dataloader, convseq.training.bleu.model_scores
     monkeypatch.setattr(
         TranslationDataModule, "test_dataloader", lambda self: used.append("loss") or loader(self)
     )
     monkeypatch.setattr(
-        convseq.training.valid_bleu,
+        convseq.training.bleu,
         "model_scores",
         lambda *a, **k: used.append(a[2]) or scores(*a, **k),
     )

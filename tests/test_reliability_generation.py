@@ -20,7 +20,7 @@ import torch
 from convseq.data.databin import DataBin
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import text_processing, train_sentencepiece
-from convseq.inference.options import GenerationError
+from convseq.inference.errors import GenerationError
 from convseq.inference.translator import Translator
 from convseq.search import beam_search, greedy, reference_beam_search
 from convseq.tasks.dispatch import dispatch

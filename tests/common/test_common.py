@@ -13,7 +13,7 @@ from convseq.common.plain import to_plain
 from convseq.common.specials import BOS_ID, EOS_ID, PAD_ID, SPECIAL_SYMBOLS, UNK_ID
 from convseq.data.dataset import LanguagePairDataset
 from convseq.data.dictionary import Dictionary
-from convseq.search.common import IncrementalDecoderModel
+from convseq.search.interface import IncrementalDecoderModel
 
 
 def test_to_plain_resolves_omegaconf_containers_and_passes_anything_else():

@@ -13,8 +13,8 @@ from torch import nn
 from convseq.modules.attention import AttentionLayer
 from convseq.modules.beamable_mm import beamable_bmm
 from convseq.modules.conv_tbc import ConvTBC
-from convseq.modules.fconv_init import linear, linearized_conv1d
 from convseq.modules.grad_multiply import grad_multiply
+from convseq.modules.layers import linear, linearized_conv1d
 from convseq.modules.linearized_conv import LinearizedConvolution
 from convseq.modules.positional import LearnedPositionalEmbedding, make_positions
 from convseq.modules.weight_norm import apply_weight_norm, assign_weight_, weight_norm_parts

@@ -15,7 +15,7 @@ import torch
 
 import convseq.search.beam as beam_module
 from convseq.search import beam_search, greedy
-from convseq.search.common import index_tensor
+from convseq.search.run import index_tensor
 from tests.search.host_reads import HostReads
 from tests.search.test_search import LENGTHS, batch, sharp_model
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from convseq.models.fconv import FConvModel
-from convseq.search.common import SearchBatch, SearchSettings, max_lengths, run_search
+from convseq.search.run import SearchBatch, SearchSettings, max_lengths, run_search
 from tests.search.test_search import SMALL, V_SRC, V_TGT, batch
 
 

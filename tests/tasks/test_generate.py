@@ -13,14 +13,15 @@ import sacrebleu
 import torch
 
 import convseq.inference.translator as translator_mod
-import convseq.training.valid_bleu as bleu_mod
+import convseq.training.bleu as bleu_mod
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import DataError
 from convseq.evaluation.scores import Scores, corpus_scores
 from convseq.inference.ensemble import EnsembleModel
+from convseq.inference.errors import GenerationOOM
 from convseq.inference.generation import checkpoint_paths
-from convseq.inference.options import GenerationOOM, GenOptions
+from convseq.inference.options import GenOptions
 from convseq.inference.records import in_input_order
 from convseq.inference.translator import Translator
 from convseq.search import beam_search

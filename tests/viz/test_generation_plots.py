@@ -16,7 +16,8 @@ import torch
 import convseq.viz.time_breakdown as profile_plot
 from convseq.data.databin import DataBin
 from convseq.errors import ConvseqError
-from convseq.inference.options import GenerationError, GenOptions
+from convseq.inference.errors import GenerationError
+from convseq.inference.options import GenOptions
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.translator import Translator
 from convseq.search import beam_search

@@ -1,7 +1,7 @@
 """Generation over a data-bin split or encoded text: the checkpoints, the batches, the wrapper.
 
 `task=generate` (`convseq.tasks.generate`) and validation BLEU during training
-(`convseq.training.valid_bleu`) both translate a split through these pieces:
+(`convseq.training.bleu`) both translate a split through these pieces:
 
 - `checkpoint_paths` / `load_translator`: ``ckpt=`` (one path, or several joined by ':' for an
   ensemble) read into a `Translator` with the ``gen`` search settings;

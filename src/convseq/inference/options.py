@@ -1,4 +1,4 @@
-"""Search settings (`GenOptions`, the ``gen`` config group's search keys) and generation errors."""
+"""Search settings: `GenOptions` (the ``gen`` group's search keys) and the default batch size."""
 
 from __future__ import annotations
 
@@ -6,19 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-import torch
-
-from convseq.errors import ConvseqError
-
 DEFAULT_MAX_TOKENS = 4000  # source tokens per batch when translating raw text
-
-
-class GenerationError(ConvseqError):
-    """Search settings that cannot be honoured (e.g. min_len above a sentence's max length)."""
-
-
-class GenerationOOM(ConvseqError):
-    """The device ran out of memory on a generation batch; the message says what to lower."""
 
 
 @dataclass
@@ -48,23 +36,3 @@ class GenOptions:
 
     def search_kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def is_oom(error: BaseException) -> bool:
-    """Whether an exception is the device (or host) running out of memory."""
-    oom_type = getattr(torch, "OutOfMemoryError", None)
-    if oom_type is not None and isinstance(error, oom_type):
-        return True
-    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
-
-
-def out_of_memory(src_tokens: torch.Tensor) -> GenerationOOM:
-    """The error for an out-of-memory batch, saying what to lower."""
-    if src_tokens.is_cuda:
-        torch.cuda.empty_cache()
-    bsz, width = src_tokens.shape
-    return GenerationOOM(
-        f"out of memory while translating a batch of {bsz} sentences ({bsz} x {width} = "
-        f"{bsz * width} source tokens, padding included): lower gen.max_tokens (or set "
-        "gen.batch_size, or a smaller gen.beam) and run again"
-    )

@@ -43,14 +43,9 @@ from convseq.data.dictionary import Dictionary
 from convseq.data.subword import Segmenter, segmenters
 from convseq.errors import CheckpointError
 from convseq.inference.ensemble import EnsembleModel
+from convseq.inference.errors import GenerationError, is_oom, out_of_memory
 from convseq.inference.loading import load_any
-from convseq.inference.options import (
-    DEFAULT_MAX_TOKENS,
-    GenerationError,
-    GenOptions,
-    is_oom,
-    out_of_memory,
-)
+from convseq.inference.options import DEFAULT_MAX_TOKENS, GenOptions
 from convseq.inference.precision import for_generation
 from convseq.inference.records import in_input_order
 from convseq.search import SearchTimer, as_search_model, beam_search

@@ -17,7 +17,7 @@ from convseq.models.encoder import EncoderOut
 from convseq.models.spec import LayerSpec
 from convseq.models.stack import conv_stack
 from convseq.modules.attention import AttentionLayer
-from convseq.modules.fconv_init import linear, linearized_conv1d
+from convseq.modules.layers import linear, linearized_conv1d
 from convseq.modules.linearized_conv import IncrementalState
 from convseq.modules.reorder import current_block_reorder
 

@@ -12,8 +12,8 @@ from torch import nn
 from convseq.common.specials import PAD_ID
 from convseq.models.spec import LayerSpec
 from convseq.models.stack import conv_stack
-from convseq.modules.fconv_init import conv_tbc, linear
 from convseq.modules.grad_multiply import grad_multiply
+from convseq.modules.layers import conv_tbc, linear
 
 SQRT_HALF = math.sqrt(0.5)
 

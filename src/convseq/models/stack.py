@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from convseq.models.spec import LayerSpec
-from convseq.modules.fconv_init import embedding, linear, positional_embedding
+from convseq.modules.layers import embedding, linear, positional_embedding
 
 
 @dataclass

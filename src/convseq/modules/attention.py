@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from convseq.modules.beamable_mm import beamable_bmm
-from convseq.modules.fconv_init import linear
+from convseq.modules.layers import linear
 
 SQRT_HALF = math.sqrt(0.5)
 

@@ -5,17 +5,15 @@
 """
 
 from convseq.search.beam import beam_search
-from convseq.search.common import (
-    PHASES,
+from convseq.search.greedy import greedy
+from convseq.search.interface import (
     Hypothesis,
     IncrementalDecoderModel,
-    PhaseTimer,
     SearchModel,
-    SearchTimer,
     as_search_model,
 )
-from convseq.search.greedy import greedy
 from convseq.search.reference import reference_beam_search
+from convseq.search.timing import PHASES, PhaseTimer, SearchTimer
 
 __all__ = [
     "PHASES",

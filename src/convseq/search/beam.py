@@ -25,17 +25,16 @@ import numpy as np
 import torch
 
 from convseq.modules.reorder import block_reorder
-from convseq.search.common import (
-    Hypothesis,
+from convseq.search.buffers import History
+from convseq.search.interface import Hypothesis
+from convseq.search.run import (
     SearchBatch,
     SearchSettings,
-    SearchTimer,
     index_tensor,
     length_normalise,
-    phase_of,
     run_search,
 )
-from convseq.search.history import History
+from convseq.search.timing import SearchTimer, phase_of
 
 NEG_INF = float("-inf")
 POS_INF = float("inf")
@@ -75,7 +74,7 @@ def beam_search(
             produced, src_len being the sentence's own length; capped by the model's positions.
         nbest: hypotheses returned per sentence.
         normalize_scores: apply the length penalty; False keeps the plain log-prob sum.
-        timer: optional hook called around each phase (see `convseq.search.common.PHASES`).
+        timer: optional hook called around each phase (see `convseq.search.timing.PHASES`).
         shrink: remove finished sentences from the batch (off only for measurements).
         fold_weight_norm: fold weight norm into plain weights for the run.
         beamable_mm: compute single-step attention products once per sentence.

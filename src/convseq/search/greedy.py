@@ -13,13 +13,8 @@ from typing import Any
 
 import torch
 
-from convseq.search.common import (
-    Hypothesis,
-    SearchBatch,
-    SearchSettings,
-    length_normalise,
-    run_search,
-)
+from convseq.search.interface import Hypothesis
+from convseq.search.run import SearchBatch, SearchSettings, length_normalise, run_search
 
 NEG_INF = float("-inf")
 

@@ -20,15 +20,9 @@ from typing import Any
 
 import torch
 
-from convseq.search.common import (
-    Hypothesis,
-    SearchBatch,
-    SearchSettings,
-    SearchTimer,
-    length_normalise,
-    phase_of,
-    run_search,
-)
+from convseq.search.interface import Hypothesis
+from convseq.search.run import SearchBatch, SearchSettings, length_normalise, run_search
+from convseq.search.timing import SearchTimer, phase_of
 
 NEG_INF = float("-inf")
 

@@ -56,6 +56,7 @@ from convseq.data.preprocess import prepare_databin
 from convseq.data.textio import TextFile, read_text_file
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
+from convseq.inference.errors import GenerationError
 from convseq.inference.generation import (
     BatchesFn,
     GenerationModule,
@@ -66,7 +67,6 @@ from convseq.inference.generation import (
     predict_trainer,
     split_batches,
 )
-from convseq.inference.options import GenerationError
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import (
     best_texts,

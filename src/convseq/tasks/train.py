@@ -49,6 +49,7 @@ from convseq.data.preprocess import prepare_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
 from convseq.inference.records import write_hypotheses
+from convseq.training.bleu import TestBleu
 from convseq.training.build import (
     build_callbacks,
     build_datamodule,
@@ -62,7 +63,6 @@ from convseq.training.intervals import validation_interval
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
-from convseq.training.valid_bleu import TestBleu
 
 __all__ = ["run_train", "train"]
 

@@ -1,4 +1,4 @@
-"""Training: the LightningModule, its loss and figures, the callbacks, the run log, the profiler.
+"""Training: the LightningModule, its loss and metrics, the callbacks, the run log, the profiler.
 
 Builds on inference (validation BLEU translates with a `Translator`), evaluation (scores and
 history readers), checkpoints, data, models and optim; never on tasks.

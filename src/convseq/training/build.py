@@ -19,6 +19,7 @@ from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import CheckpointError
 from convseq.training.amp import precision_plugins
+from convseq.training.bleu import TestBleu, ValidBleu, wants_valid_bleu
 from convseq.training.callbacks import (
     AnnealingCallback,
     BatchEpochCallback,
@@ -33,7 +34,6 @@ from convseq.training.intervals import trainer_arguments as interval_arguments
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.run_log import AppendingCSVLogger
-from convseq.training.valid_bleu import TestBleu, ValidBleu, wants_valid_bleu
 
 __all__ = [
     "build_callbacks",

@@ -44,17 +44,17 @@ from convseq.models.fconv import FConvModel
 from convseq.optim.build import build_optimizer
 from convseq.training.amp import check_loss_scale
 from convseq.training.criterion import LabelSmoothedCrossEntropy
-from convseq.training.figures import (
+from convseq.training.metrics import (
     CLIPPED,
     GNORM,
     LOSS,
     NUM_EPOCH_SUMS,
     NUM_SUMS,
     SAMPLE,
-    epoch_figures,
-    figures,
+    epoch_metrics,
+    loss_metrics,
     on_device,
-    update_figures,
+    update_metrics,
 )
 from convseq.training.nonfinite import non_finite_error
 
@@ -231,7 +231,7 @@ class ConvSeqModule(pl.LightningModule):
 
     def _log_update(self, sums: torch.Tensor, seconds: float, lr: float) -> None:
         """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
-        shown, others = update_figures(sums, seconds, lr, self._gnorm, self._clipped)
+        shown, others = update_metrics(sums, seconds, lr, self._gnorm, self._clipped)
         # batch_size only silences Lightning's guess: per-step values are not averaged.
         self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
         self.log_dict(others, on_step=True, on_epoch=False, batch_size=1)
@@ -250,7 +250,7 @@ class ConvSeqModule(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         wall = self._epoch_wall_carry + time.perf_counter() - self._t_epoch
-        record = epoch_figures(
+        record = epoch_metrics(
             self._epoch_sums.tolist(),
             self._epoch_updates,
             self._epoch_train_seconds,
@@ -276,7 +276,7 @@ class ConvSeqModule(pl.LightningModule):
         sums = self._valid_sums
         if self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums.clone(), reduce_op="sum")
-        return figures(sums.tolist(), prefix)
+        return loss_metrics(sums.tolist(), prefix)
 
     def on_validation_epoch_start(self) -> None:
         self._valid_sums = torch.zeros(NUM_SUMS, dtype=torch.float64, device=self.device)

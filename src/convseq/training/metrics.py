@@ -1,7 +1,8 @@
-"""The training figures: fairseq's loss, nll_loss and ppl (base 2) from float64 sums.
+"""The training metrics: fairseq's loss, nll_loss and ppl (base 2) from float64 sums.
 
 `ConvSeqModule` keeps, per update and per epoch, the sums laid out below (summed over
-micro-batches and DDP ranks before any division), and turns them into logged figures here.
+micro-batches and DDP ranks before any division), and turns them into logged metrics here
+(numbers only: the plots are in `convseq.viz`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ GNORM, CLIPPED = 5, 6
 NUM_EPOCH_SUMS = 7
 
 
-def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:
+def loss_metrics(sums: Sequence[float], prefix: str) -> dict[str, float]:
     """fairseq's loss, nll_loss (bits per token) and ppl from [sample_size, ntokens, ...] sums."""
     size, ntok = float(sums[SAMPLE]), float(sums[NTOKENS])
     loss = float(sums[LOSS]) / size / LN2 if size > 0 else math.nan
@@ -31,10 +32,10 @@ def figures(sums: Sequence[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}/loss": loss, f"{prefix}/nll_loss": nll, f"{prefix}/ppl": ppl}
 
 
-def epoch_figures(
+def epoch_metrics(
     sums: Sequence[float], updates: int, train_seconds: float, wall: float, lr: float
 ) -> dict[str, float]:
-    """An epoch's ``train_epoch/...`` figures from its float64 sums (`NUM_EPOCH_SUMS` of them).
+    """An epoch's ``train_epoch/...`` metrics from its float64 sums (`NUM_EPOCH_SUMS` of them).
 
     Args:
         sums: [sample_size, ntokens, nsentences, loss, nll, gnorm sum, clipped updates].
@@ -45,7 +46,7 @@ def epoch_figures(
     """
     n = max(updates, 1)
     seconds = max(train_seconds, 1e-9)
-    record = figures(sums, "train_epoch")
+    record = loss_metrics(sums, "train_epoch")
     record.update(
         {
             "train_epoch/wps": sums[NTOKENS] / seconds,
@@ -72,10 +73,10 @@ def on_device(value: torch.Tensor | float, device: torch.device) -> torch.Tensor
     return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
-def update_figures(
+def update_metrics(
     sums: torch.Tensor, seconds: float, lr: float, gnorm: torch.Tensor, clipped: torch.Tensor
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """An update's ``train/...`` figures from its (5,) sums: (progress-bar ones, the others).
+    """An update's ``train/...`` metrics from its (5,) sums: (progress-bar ones, the others).
 
     Tensors stay tensors: Lightning reads them only when it writes the logs.
     """
