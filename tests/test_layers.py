@@ -72,7 +72,8 @@ def copy_with_contracts(tmp_path: Path, contracts: list[dict]) -> tuple[Path, Pa
     )
     for path in (src / COPY).rglob("*.py"):
         path.write_text(re.sub(r"\bconvseq\.", f"{COPY}.", path.read_text()))
-    lines = ["[tool.importlinter]", f'root_package = "{COPY}"', ""]
+    # the real config's contract on `studies` (an external package) needs externals in the graph
+    lines = ["[tool.importlinter]", f'root_package = "{COPY}"', "include_external_packages = true"]
     for c in contracts:
         lines.append("[[tool.importlinter.contracts]]")
         for key, value in c.items():
