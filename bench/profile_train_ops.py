@@ -40,7 +40,7 @@ BUCKETS: dict[str, set[str]] = {
     "cast": {"aten::to", "aten::_to_copy", "aten::copy_"},
     "dropout": {"aten::bernoulli_", "aten::uniform_", "aten::dropout", "aten::native_dropout"},
     "loss": {"aten::logsumexp", "aten::exp", "aten::exp_", "aten::sub", "aten::sub_",
-             "aten::log_softmax", "aten::_log_softmax", "aten::gather", "aten::nll_loss"},
+             "aten::log_softmax", "aten::_log_softmax", "aten::_log_softmax_backward_data", "aten::gather", "aten::nll_loss"},
     "optimiser": {"aten::norm", "aten::linalg_vector_norm", "aten::clamp", "aten::clamp_"},
 }  # fmt: skip
 
