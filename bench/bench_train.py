@@ -250,6 +250,13 @@ def count_flops(cfg: dict[str, Any], warmup: int, updates: int) -> float:
     return float(counter.get_total_flops())
 
 
+def cache_dir(given: str | None) -> str:
+    """The data-bin cache a run.py run would use: `given`, else $CONVSEQ_CACHE, else the default."""
+    from convseq.tasks.schema import default_cache_dir
+
+    return given or os.environ.get("CONVSEQ_CACHE") or default_cache_dir()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="fconv_iwslt_de_en")
@@ -263,10 +270,7 @@ def main() -> int:
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.cache_dir is None:
-        from convseq.tasks.schema import default_cache_dir
-
-        args.cache_dir = os.environ.get("CONVSEQ_CACHE") or default_cache_dir()
+    args.cache_dir = cache_dir(args.cache_dir)
     if args.child:
         child(args)
         return 0

@@ -161,7 +161,7 @@ CHILD_ARGS = ("model", "max_tokens", "warmup", "updates", "threads", "cache_dir"
 
 
 def main() -> int:
-    from bench_train import DATA_ROOT
+    from bench_train import DATA_ROOT, cache_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--precisions", nargs="+", default=["32-true", "bf16-mixed"])
@@ -171,11 +171,12 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "convseq"))
+    ap.add_argument("--cache-dir", default=None, help="default: as run.py (CONVSEQ_CACHE, ...)")
     ap.add_argument("--json", help="also write the machine, buckets and operators here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.cache_dir = cache_dir(args.cache_dir)
     if args.child:
         Path(args.result).write_text(json.dumps(child(args)))
         return 0
