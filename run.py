@@ -5,13 +5,20 @@ Examples:
     python run.py task=preprocess data=multi30k       # binarise a corpus (CONVSEQ_DATA_ROOT=...)
     python run.py model=fconv optim=nag anneal=force
     python run.py -m optim=nag,sgd anneal=plateau,force,lua   # a sweep, one folder per job
+    python run.py --help                              # the tasks, the groups and every key
 """
+
+import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from convseq.tasks.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
 from convseq.tasks.dispatch import dispatch
 from convseq.tasks.schema import register_configs
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 register_configs()
 
@@ -23,4 +30,8 @@ def main(cfg: DictConfig):
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(sys.argv[1:], CONF_DIR)  # a misspelt key fails here, with the closest known keys
+    if wants_no_run_folder(sys.argv[1:]):  # task=preprocess: no run folder, no .hydra/
+        dispatch(compose_without_run_folder(sys.argv[1:], CONF_DIR, "config"))
+    else:
+        main()

@@ -15,6 +15,8 @@ from omegaconf import DictConfig
 
 from convseq.common.plain import to_plain
 from convseq.errors import ConvseqError
+from convseq.tasks.command_line import given_overrides, gives
+from convseq.tasks.config_check import check_keys
 from convseq.tasks.schema import TASKS
 
 # to_plain is convseq.common.plain's, importable here too (scripts and notebooks use it)
@@ -25,6 +27,10 @@ __all__ = ["TASK_MODULES", "dispatch", "task_function", "to_plain"]
 # when the task runs, so that e.g. task=preprocess never loads Lightning.
 TASK_MODULES: dict[str, str] = {task: f"convseq.tasks.{task}" for task in TASKS}
 
+# Tasks that read a checkpoint: unless the command line sets `data` (or an `experiment`, which
+# does), they get `data: None` and take the checkpoint's own data settings.
+CHECKPOINT_TASKS = ("generate", "interactive", "average")
+
 
 def task_function(task: str) -> Callable[[dict[str, Any]], Any]:
     """The function that runs `task` (``convseq.tasks.<task>.run_<task>``)."""
@@ -33,15 +39,25 @@ def task_function(task: str) -> Callable[[dict[str, Any]], Any]:
 
 
 def dispatch(cfg: DictConfig | dict) -> Any:
-    """Run `cfg.task`; a ConvseqError (bad input) is printed as one clear line, exit status 2."""
-    plain = to_plain(cfg)
-    task = plain["task"]
-    if task not in TASK_MODULES:
-        raise SystemExit(
-            f"convseq: unknown task={task!r}; choose one of: {', '.join(sorted(TASK_MODULES))}"
-        )
-    function = task_function(task)
+    """Run `cfg.task`; a ConvseqError (bad input) is printed as one clear line, exit status 2.
+
+    Every key must be one the schema knows (`convseq.tasks.config_check`), whether it came with
+    a `+` or not. Under Hydra, a task of `CHECKPOINT_TASKS` whose command line gives no data
+    settings receives `data: None` (the checkpoint's are used).
+    """
     try:
+        check_keys(cfg)
+        plain = to_plain(cfg)
+        task = plain["task"]
+        if task not in TASK_MODULES:
+            raise SystemExit(
+                f"convseq: unknown task={task!r}; choose one of: {', '.join(sorted(TASK_MODULES))}"
+            )
+        overrides = given_overrides()
+        if task in CHECKPOINT_TASKS and overrides is not None:
+            if not gives(overrides, "data", "experiment"):
+                plain["data"] = None
+        function = task_function(task)
         return function(plain)
     except ConvseqError as e:
         print(f"convseq: error: {e}", file=sys.stderr)

@@ -1,0 +1,126 @@
+"""What run.py reads from its command line before and beside Hydra.
+
+- `check_command_line`: a misspelt key among the overrides fails at once, with the closest known
+  keys (`optim.lrr`: did you mean `optim.lr`?), before Hydra's own message, whose hint
+  (`To append to your config use +optim.lrr=0.1`) would lead to a key nothing reads.
+- `given_overrides`: which keys and groups the user set, so that tasks reading a checkpoint can
+  take its data settings unless the user gave theirs.
+- `wants_no_run_folder`: `task=preprocess` writes into the shared cache only, so run.py composes
+  its config without making a run folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from omegaconf import DictConfig
+
+from convseq.tasks.config_check import ConfigKeyError, check_key
+
+__all__ = [
+    "NO_RUN_FOLDER_TASKS",
+    "check_command_line",
+    "given_overrides",
+    "gives",
+    "parse_overrides",
+    "compose_without_run_folder",
+    "wants_no_run_folder",
+]
+
+NO_RUN_FOLDER_TASKS = ("preprocess",)  # tasks that write nothing of their own into a run folder
+
+
+def override_args(argv: Sequence[str]) -> list[str]:
+    """The overrides among run.py's arguments: `key=value` and `~key` (Hydra's flags and their
+    values, such as `--cfg job` or `-cn NAME`, hold no `=`)."""
+    return [a for a in argv if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+
+
+def parse_overrides(args: Sequence[str]) -> list[Override]:
+    """Hydra's parse of override strings; [] when Hydra itself would refuse them (it then says
+    why, better than we could)."""
+    try:
+        return OverridesParser.create().parse_overrides(list(args))
+    except Exception:  # Hydra's OverrideParseException: left to Hydra's own message
+        return []
+
+
+def _is_group(override: Override, conf_dir: Path) -> bool:
+    key = override.key_or_group
+    return "/" in key or (override.package is not None) or (conf_dir / key).is_dir()
+
+
+def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
+    """Refuse an override whose key the schema does not know (Hydra's own keys excepted).
+
+    Raises:
+        ConfigKeyError: the key and the closest known ones.
+    """
+    for override in parse_overrides(override_args(argv)):
+        key = override.key_or_group
+        if key == "hydra" or key.startswith("hydra.") or _is_group(override, Path(conf_dir)):
+            continue
+        check_key(key)
+
+
+def given_overrides() -> list[Override] | None:
+    """The overrides of this Hydra run's command line (None outside a Hydra run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return parse_overrides(list(HydraConfig.get().overrides.task))
+
+
+def gives(overrides: Sequence[Override], *names: str) -> bool:
+    """Whether an override sets one of the groups or nodes `names` or a key below them."""
+    for override in overrides:
+        key = override.key_or_group
+        if any(key == n or key.startswith((f"{n}.", f"{n}/")) for n in names):
+            return True
+        if override.package is not None and override.package.split(".")[0] in names:
+            return True
+    return False
+
+
+def wants_no_run_folder(argv: Sequence[str]) -> bool:
+    """A single `task=preprocess` run (not a sweep, not a --cfg/--help/--info request)."""
+    if any(a.startswith("-") for a in argv):
+        return False
+    tasks = [o for o in parse_overrides(override_args(argv)) if o.key_or_group == "task"]
+    return bool(tasks) and str(tasks[-1].value()) in NO_RUN_FOLDER_TASKS
+
+
+def compose_without_run_folder(
+    argv: Sequence[str], conf_dir: str | Path, config_name: str
+) -> DictConfig:
+    """conf/ composed with the overrides, as @hydra.main would, but with no run folder, no
+    `.hydra/` and no log file (log lines go to the console): for a task that writes into the
+    cache only (`paths.output_dir` is the cache)."""
+    from hydra import compose, initialize_config_dir
+
+    logging.basicConfig(
+        level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+    )
+    overrides = [*override_args(argv), "paths.output_dir=${paths.cache_dir}"]
+    try:
+        with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides)
+    except Exception as e:  # Hydra's composition errors: one message, as Hydra prints them
+        print(f"convseq: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from e
+    return cfg
+
+
+def main_guard(argv: Sequence[str], conf_dir: str | Path) -> None:
+    """run.py's check before Hydra: a bad key prints one line and exits with status 2."""
+    try:
+        check_command_line(argv, conf_dir)
+    except ConfigKeyError as e:
+        print(f"convseq: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e

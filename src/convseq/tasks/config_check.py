@@ -1,0 +1,136 @@
+"""Every key of a composed config must be one the schema knows: a misspelt key fails, `+` or not.
+
+Hydra's structured schema (`convseq.tasks.schema.Config`) refuses `optim.lrr=0.1`, but a leading
+`+` (`+optim.lrr=0.1`) opens the node and appends the key, and the run would train with
+`optim.lr` at its default. `check_keys` walks the composed config against the schema after
+composition and refuses any key the schema does not have, with the closest known keys
+suggested. Open nodes stay open: a field typed as a dict (`data.test_sets`) or `Any`
+(`trainer.devices`, `resume`) takes whatever is put under it, so a user's own group or key goes
+there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from convseq.errors import ConvseqError
+from convseq.tasks.schema import Config
+
+__all__ = ["ConfigKeyError", "check_key", "check_keys", "schema_tree", "suggestions"]
+
+# A schema node: the known keys below it, each mapping to its own node, or None where the
+# schema is open (a dict-, list- or Any-typed field, or a plain value).
+SchemaTree = dict[str, "SchemaTree | None"]
+
+IGNORED_ROOT_KEYS = ("hydra",)  # Hydra's own node, present when its config is returned too
+
+
+class ConfigKeyError(ConvseqError, KeyError):
+    """A key of the composed config that the schema does not know."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def schema_tree(schema: type = Config) -> SchemaTree:
+    """The keys of `schema` (a dataclass), nested; None marks a node that takes any key."""
+    tree: SchemaTree = {}
+    for f in dataclasses.fields(schema):
+        kind = _dataclass_of(f)
+        tree[f.name] = schema_tree(kind) if kind is not None else None
+    return tree
+
+
+def _dataclass_of(f: dataclasses.Field) -> type | None:
+    """The dataclass a field holds, or None. Annotations may be strings (postponed evaluation),
+    so the field's default tells: a nested schema's default is an instance of it."""
+    if f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        default = f.default
+    return type(default) if dataclasses.is_dataclass(default) else None
+
+
+def check_keys(cfg: DictConfig | Mapping[str, Any], tree: SchemaTree | None = None) -> None:
+    """Refuse the first key of `cfg` the schema does not know.
+
+    Raises:
+        ConfigKeyError: naming the key's dotted path and the closest known keys.
+    """
+    tree = schema_tree() if tree is None else tree
+    plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    for path in _unknown(plain, tree, ""):
+        raise ConfigKeyError(_message(path, tree))
+
+
+def check_key(path: str, tree: SchemaTree | None = None) -> None:
+    """Refuse the dotted key `path` (e.g. from the command line) unless the schema has it.
+
+    Raises:
+        ConfigKeyError: as `check_keys`.
+    """
+    tree = schema_tree() if tree is None else tree
+    node: SchemaTree | None = tree
+    for part in path.split("."):
+        if node is None:
+            return  # below an open node
+        if part not in node:
+            raise ConfigKeyError(_message(path, tree))
+        node = node[part]
+
+
+def _unknown(cfg: Any, tree: SchemaTree | None, prefix: str) -> Iterator[str]:
+    if tree is None or not isinstance(cfg, Mapping):
+        return
+    for key, value in cfg.items():
+        if not prefix and key in IGNORED_ROOT_KEYS:
+            continue
+        path = f"{prefix}{key}"
+        if key not in tree:
+            yield path
+        else:
+            yield from _unknown(value, tree[key], f"{path}.")
+
+
+def _message(path: str, tree: SchemaTree) -> str:
+    close = suggestions(path, tree)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return (
+        f"unknown config key {path}{hint}: convseq's config has no such key, and a leading + "
+        "does not add one (only open nodes such as data.test_sets take new keys); "
+        "`python run.py --cfg job` prints every key with its value"
+    )
+
+
+def suggestions(path: str, tree: SchemaTree, n: int = 3) -> list[str]:
+    """The known dotted keys closest to `path`: its siblings first, then any key of the schema
+    whose last part is close to its last part (`trainer.lr` -> `optim.lr`)."""
+    parts = path.split(".")
+    parent, node = parts[:-1], tree
+    for part in parent:
+        child = node.get(part) if node is not None else None
+        if child is None:
+            node = None
+            break
+        node = child
+    prefix = ".".join(parent) + "." if parent else ""
+    found = []
+    if node:
+        found = [prefix + k for k in difflib.get_close_matches(parts[-1], list(node), n, 0.6)]
+    if len(found) < n:
+        leaves = {p: p.rsplit(".", 1)[-1] for p in _paths(tree, "")}
+        close = difflib.get_close_matches(parts[-1], sorted(set(leaves.values())), n, 0.8)
+        found += [p for p, leaf in sorted(leaves.items()) if leaf in close and p not in found]
+    return found[:n]
+
+
+def _paths(tree: SchemaTree, prefix: str) -> Iterator[str]:
+    for key, child in tree.items():
+        yield prefix + key
+        if child is not None:
+            yield from _paths(child, f"{prefix}{key}.")

@@ -1,0 +1,185 @@
+"""The command line a user types: misspelt keys (with or without +), the data a checkpoint task
+is given, the run folder each task makes, and `--help`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+import convseq.tasks.dispatch as dispatch_module
+from convseq.tasks.command_line import (
+    check_command_line,
+    gives,
+    override_args,
+    parse_overrides,
+    wants_no_run_folder,
+)
+from convseq.tasks.config_check import ConfigKeyError, check_keys, schema_tree, suggestions
+from convseq.tasks.schema import register_configs
+from tests.conftest import CONF_DIR, ROOT, compose_config
+
+
+def run_py(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` in an empty working folder, outputs and cache under tmp_path."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "CONVSEQ_CACHE": str(tmp_path / "cache"),
+        "CONVSEQ_OUTPUTS": str(tmp_path / "outputs"),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+# ---------------------------------------------------------------------------- misspelt keys
+
+
+@pytest.mark.parametrize("key", ["optim.lrr=0.1", "+optim.lrr=0.1", "++optim.lrr=0.1"])
+def test_a_misspelt_key_fails_with_or_without_plus_and_names_the_right_one(tmp_path, key):
+    proc = run_py([key, "trainer.max_epochs=1"], tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unknown config key optim.lrr (did you mean optim.lr?)" in proc.stderr
+    assert "To append to your config use +" not in proc.stderr  # Hydra's hint leads astray
+    assert not (tmp_path / "outputs").exists(), "nothing trained, no run folder"
+
+
+def test_a_plus_key_in_the_composed_config_is_refused_after_composition():
+    cfg = compose_config(["+optim.lrr=0.1"])
+    assert OmegaConf.select(cfg, "optim.lrr") == 0.1  # Hydra let it in
+    with pytest.raises(ConfigKeyError, match=r"optim\.lrr \(did you mean optim\.lr\?\)"):
+        check_keys(cfg)
+    with pytest.raises(SystemExit) as e:
+        dispatch_module.dispatch(cfg)
+    assert e.value.code == 2
+
+
+def test_open_nodes_take_new_keys():
+    cfg = compose_config(["+data.test_sets.flickr=test_2017_flickr", "trainer.devices=[0,1]"])
+    check_keys(cfg)  # no error: data.test_sets is a dict, trainer.devices is Any
+    check_command_line(["+data.test_sets.flickr=x", "resume=auto"], CONF_DIR)
+
+
+def test_a_new_top_level_group_is_not_a_key_the_schema_has():
+    with pytest.raises(ConfigKeyError, match="unknown config key mygroup"):
+        check_keys({"task": "train", "mygroup": {"a": 1}})
+
+
+def test_group_choices_and_hydra_keys_are_not_checked_as_keys():
+    argv = ["-m", "optim=nag,sgd", "hydra/launcher=basic", "hydra.run.dir=x", "experiment=null"]
+    check_command_line([*argv, "--cfg", "job"], CONF_DIR)
+    with pytest.raises(ConfigKeyError, match="trainr.max_epochs"):
+        check_command_line(["optim=nag", "trainr.max_epochs=3"], CONF_DIR)
+
+
+def test_suggestions_look_at_siblings_then_at_every_key():
+    tree = schema_tree()
+    assert suggestions("optim.lrr", tree)[0] == "optim.lr"
+    assert suggestions("trainer.lr", tree) == ["optim.lr"]  # no sibling close: the same leaf
+    assert suggestions("trainr.max_epochs", tree) == ["trainer.max_epochs"]
+    assert suggestions("qqqqqq.zzzzz", tree) == []
+
+
+@pytest.mark.parametrize("group", ["anneal", "batching", "data", "model", "optim", "trainer"])
+def test_every_option_of_every_group_passes_the_key_check(group):
+    for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
+        check_keys(compose_config([f"{group}={option}"]))
+
+
+def test_every_experiment_passes_the_key_check():
+    for option in sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")):
+        check_keys(compose_config([f"experiment={option}"]))
+
+
+# ---------------------------------------------------------------------------- data given or not
+
+
+def test_which_overrides_give_data():
+    def given(*args: str) -> bool:
+        return gives(parse_overrides(list(args)), "data", "experiment")
+
+    assert given("data=multi30k")
+    assert given("data.dir=/corpus", "gen.beam=2")
+    assert given("+data.test_sets.a=b")
+    assert given("experiment=multi30k_fconv")
+    assert not given("gen.beam=2", "ckpt=run/checkpoints/best.ckpt", "task=generate")
+    assert not given("database=1")  # a prefix of the name is not the name
+
+
+def _dispatch_under(monkeypatch, overrides: list[str] | None, task: str) -> dict:
+    """The plain config the task function gets when the command line held `overrides` (None:
+    called from Python, outside a Hydra run)."""
+    seen: dict = {}
+    monkeypatch.setattr(dispatch_module, "task_function", lambda t: seen.update)
+    monkeypatch.setattr(
+        dispatch_module,
+        "given_overrides",
+        lambda: None if overrides is None else parse_overrides(overrides),
+    )
+    dispatch_module.dispatch(compose_config([f"task={task}", *(overrides or [])], output_dir="x"))
+    return seen
+
+
+def test_a_checkpoint_task_without_data_on_its_command_line_gets_none(monkeypatch):
+    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "generate")["data"] is None
+    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "interactive")["data"] is None
+    given = _dispatch_under(monkeypatch, ["data=multi30k"], "generate")["data"]
+    assert given["name"] == "multi30k"
+    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "train")["data"]["name"] == "toy"
+    # a Python caller (no Hydra run) passes the config as it is
+    assert _dispatch_under(monkeypatch, None, "generate")["data"]["name"] == "toy"
+
+
+# ---------------------------------------------------------------------------- run folders, help
+
+
+def test_only_a_single_preprocess_run_goes_without_a_run_folder():
+    assert wants_no_run_folder(["task=preprocess", "data=multi30k"])
+    assert not wants_no_run_folder(["task=preprocess", "--cfg", "job"])
+    assert not wants_no_run_folder(["-m", "task=preprocess"])
+    assert not wants_no_run_folder(["task=train"])
+    assert override_args(["-cn", "config", "--cfg", "job", "a=1", "~b"]) == ["a=1", "~b"]
+
+
+def _run_dir(overrides: list[str]) -> str:
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    return str(cfg.hydra.run.dir)
+
+
+def test_each_task_but_train_runs_in_a_folder_named_after_it(monkeypatch):
+    monkeypatch.setenv("CONVSEQ_OUTPUTS", "out")
+    train = _run_dir([]).split("/")
+    assert train[0] == "out" and len(train) == 3  # out/DATE/TIME, as always
+    for task in ("generate", "average", "compare", "interactive", "report", "import_fairseq"):
+        parts = _run_dir([f"task={task}"]).split("/")
+        assert parts[:2] == ["out", task] and parts[2:] == train[1:]
+
+
+def test_help_lists_every_task_with_a_line(tmp_path):
+    proc = run_py(["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    tasks = text.split("== Tasks (task=...) ==")[1].split("==")[0]
+    lines = [line.split(None, 1) for line in tasks.strip().splitlines()]
+    names = [parts[0] for parts in lines]
+    assert set(names) == set(dispatch_module.TASK_MODULES)
+    assert all(len(parts) == 2 and len(parts[1]) > 20 for parts in lines)
+    assert "model: fconv," in text  # the groups are still listed
+    assert not (tmp_path / "outputs").exists()
