@@ -149,6 +149,31 @@ def test_task_compare_reads_run_folders_and_files(tmp_path, capsys):
     assert saved["systems"][1]["p_value"] == results[1].p_value
 
 
+def test_task_compare_calls_two_zero_systems_not_significant(tmp_path, capsys):
+    refs = _references(100)
+    ref_file = _write(tmp_path / "test.en", refs)
+    unrelated = [f"z{i} z{i + 1} z{i + 2}" for i in range(100)]  # no reference word
+    a = _write(tmp_path / "a.txt", unrelated)
+    b = _write(tmp_path / "b.txt", list(reversed(unrelated)))
+    results = dispatch(_compare_cfg(tmp_path, [a, b], ref_file))
+    assert results[0].bleu == results[1].bleu == 0.0
+    assert results[1].p_value == 1.0 and not results[1].significant
+    out = capsys.readouterr().out
+    assert "| * |" not in out and "same BLEU" in out
+    saved = json.loads((tmp_path / "out" / "compare.json").read_text())["systems"][1]
+    assert (saved["p_value"], saved["significant"], saved["note"]) == (1.0, False, "same BLEU")
+
+
+def test_task_compare_names_an_empty_reference_file(tmp_path, capsys):
+    a = _write(tmp_path / "a.txt", ["x y"])
+    empty = _write(tmp_path / "test.en", [])
+    with pytest.raises(SystemExit) as e:
+        dispatch(_compare_cfg(tmp_path, [a, a], empty))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{empty}: the reference file is empty" in err
+
+
 def test_task_compare_bad_input_exits_with_one_line_naming_the_file(tmp_path, capsys):
     refs = _references(20)
     ref_file = _write(tmp_path / "test.en", refs)

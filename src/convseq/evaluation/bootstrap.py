@@ -5,15 +5,22 @@ confidence half-width over ``n_samples`` bootstrap resamples of the test sentenc
 against the baseline (the first system), the p-value of sacreBLEU's paired bootstrap test
 (Koehn 2004, as Moses' ``bootstrap-hypothesis-difference-significance.pl``): the same resampled
 sentence sets score both systems, and p is the share of resamples whose (centred) difference is
-at least the observed one. A system whose translations equal the baseline's line for line gets
-p = 1 (sacreBLEU's formula would return its smallest value, 1 / (n_samples + 1), for two
-identical systems).
+at least the observed one.
+
+Where the test has nothing to measure, a system gets p = 1 (not significant) and a note saying
+why: its translations equal the baseline's line for line ("identical"), its corpus BLEU equals
+the baseline's ("same BLEU": no observed difference; equal sentence-level statistics always give
+it, and then every resample gives the same difference, 0), or the test set is one sentence ("one
+sentence": every resample is that sentence). sacreBLEU's formula would return its smallest
+value, 1 / (n_samples + 1), in the degenerate ones: it counts the resamples whose centred
+difference is strictly above the observed one, and a constant difference leaves none.
 
 `task=compare` (`convseq.tasks.compare`) runs it over run folders or hypothesis files.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -49,6 +56,8 @@ class SystemResult:
         ci: half-width of the 95% confidence interval around `mean`.
         p_value: paired bootstrap p-value against the baseline (None for the baseline).
         identical: its translations equal the baseline's line for line.
+        note: why `p_value` is 1 without a test ("identical", "same BLEU", "one sentence"), or
+            "" when the paired test gave it.
     """
 
     name: str
@@ -58,6 +67,7 @@ class SystemResult:
     ci: float
     p_value: float | None
     identical: bool = False
+    note: str = ""
 
     @property
     def significant(self) -> bool:
@@ -161,6 +171,12 @@ def paired_bootstrap(
     names = [name for name, _ in systems]
     files = list(paths) if paths is not None else names
     for (_, hyps), path in zip(systems, files):
+        if not hyps:
+            raise DataError(
+                f"the hypothesis file is empty, for {len(references)} reference lines: "
+                "translate the split first (task=generate gen.split=... gen.output=...)",
+                path=str(path),
+            )
         if len(hyps) != len(references):
             raise DataError(
                 f"{len(hyps)} hypotheses for {len(references)} reference lines: each system "
@@ -179,11 +195,11 @@ def paired_bootstrap(
         )
         signatures, scores = test()
     key = next(k for k in scores if k != "System")
-    baseline = hyp_lists[0]
+    base = scores[key][0]
     results = []
     for i, (res, name, path) in enumerate(zip(scores[key], names, files)):
-        identical = i > 0 and hyp_lists[i] == baseline
-        p = None if i == 0 else (1.0 if identical else float(res.p_value))
+        note = "" if i == 0 else _untestable(hyp_lists[i], hyp_lists[0], res.score, base.score)
+        p = None if i == 0 else (1.0 if note else float(res.p_value))
         results.append(
             SystemResult(
                 name=name,
@@ -192,10 +208,28 @@ def paired_bootstrap(
                 mean=float(res.mean),
                 ci=float(res.ci),
                 p_value=p,
-                identical=identical,
+                identical=note == "identical",
+                note=note,
             )
         )
     return results, f"BLEU|{signatures[key]}"
+
+
+def _untestable(hyps: list[str], baseline: list[str], bleu: float, base_bleu: float) -> str:
+    """Why the paired test has nothing to measure against the baseline, or "" when it has.
+
+    sacreBLEU's p counts the resamples whose centred difference is strictly above the observed
+    one, plus one; when every resample gives the same difference it counts none and returns its
+    smallest value, which would call two equal systems significantly different.
+    """
+    if hyps == baseline:
+        return "identical"
+    # equal statistics give equal BLEU; the tolerance absorbs rounding of equal ratios (1/2, 2/4)
+    if math.isclose(bleu, base_bleu, rel_tol=0.0, abs_tol=1e-9):
+        return "same BLEU"
+    if len(hyps) == 1:  # every resample is the one sentence: the difference never varies
+        return "one sentence"
+    return ""
 
 
 def format_table(results: Sequence[SystemResult], signature: str) -> str:
@@ -211,7 +245,10 @@ def format_table(results: Sequence[SystemResult], signature: str) -> str:
             p, mark = "(baseline)", ""
         else:
             p = f"{r.p_value:.4f}"
-            mark = "identical" if r.identical else ("*" if r.significant else "")
+            mark = r.note or ("*" if r.significant else "")
         lines.append(f"| {r.name} | {r.bleu:.2f} | {r.mean:.2f} +- {r.ci:.2f} | {p} | {mark} |")
     lines += ["", f"* p < {ALPHA}: the BLEU difference is significant. {signature}"]
+    notes = sorted({r.note for r in results if r.note})
+    if notes:
+        lines.append(f"{', '.join(notes)}: p = 1, the paired test has nothing to measure.")
     return "\n".join(lines)

@@ -16,8 +16,11 @@ confidence half-width over ``compare.n_samples`` bootstrap resamples of the test
 against the baseline, the p-value of sacreBLEU's paired bootstrap test (Koehn 2004, as Moses'
 ``bootstrap-hypothesis-difference-significance.pl``): the same resampled sentence sets score both
 systems, and p is the share of resamples whose (centred) difference is at least the observed
-one. A system whose translations equal the baseline's line for line gets p = 1 (sacreBLEU's
-formula would return its smallest value, 1 / (n_samples + 1), for two identical systems).
+one. Where there is nothing to test, a system gets p = 1 and a note instead of the test's p:
+translations equal to the baseline's line for line ("identical"), the baseline's corpus BLEU
+("same BLEU", as equal sentence-level statistics give), or a one-sentence test set ("one
+sentence"); sacreBLEU's formula would return its smallest value, 1 / (n_samples + 1), and call
+two systems that both score 0.00 significantly different.
 
 The table is printed and written with the raw figures to ``<output_dir>/compare.json``.
 """
@@ -50,7 +53,13 @@ def _references(cfg: Mapping[str, Any], split: str) -> tuple[list[str], str]:
     """The reference lines and where they come from: compare.refs, else the data-bin's text."""
     refs = (cfg.get("compare") or {}).get("refs")
     if refs:
-        return read_lines(refs), str(refs)
+        lines = read_lines(refs)
+        if not lines:
+            raise DataError(
+                "the reference file is empty: compare.refs takes the split's target text",
+                path=str(refs),
+            )
+        return lines, str(refs)
     databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
     return databin.text(split, "tgt"), f"{databin.path} ({split} references)"
 
