@@ -16,6 +16,7 @@ values, and a file whose pickle references anything else is refused, never unpic
 
 from __future__ import annotations
 
+import difflib
 import os
 import pickle
 import re
@@ -249,40 +250,66 @@ def find_checkpoint(path: str | os.PathLike, names: Sequence[str]) -> Path | Non
     return next((folder / name for name in names if (folder / name).is_file()), None)
 
 
+# The words `resume` takes besides a path (its other spellings: yes / no, an empty value).
+RESUME_WORDS = ("false", "true", "auto")
+_ACCEPTED = (
+    "resume takes false (a new run), true (continue this run folder's checkpoints/last.ckpt), "
+    "auto (continue it when it exists, else start), or the path of a checkpoint file, a run "
+    "folder or a checkpoints folder"
+)
+
+
 def resolve_resume(resume: Any, output_dir: str | os.PathLike) -> Path | None:
     """The checkpoint a run continues from, or None for a fresh run.
 
     Args:
         resume: the `resume` setting: false/None (fresh run), true (this run's own
-            `<output_dir>/checkpoints/last.ckpt`), or a path: a checkpoint file, a run folder
-            (its `checkpoints/last.ckpt`) or a checkpoints folder (its `last.ckpt`).
+            `<output_dir>/checkpoints/last.ckpt`), auto (that file when it exists, else a fresh
+            run: the one command of a job script that is started and requeued), or a path: a
+            checkpoint file, a run folder (its `checkpoints/last.ckpt`) or a checkpoints folder
+            (its `last.ckpt`).
         output_dir: this run's folder.
 
     Raises:
-        CheckpointError: the checkpoint asked for does not exist.
+        CheckpointError: the checkpoint asked for does not exist, or `resume` is neither one of
+            the words nor an existing path (the message lists what it takes).
     """
-    if (
-        resume is None
-        or resume is False
-        or (isinstance(resume, str) and resume.lower() in ("", "false", "no"))
-    ):
+    word = resume.strip().lower() if isinstance(resume, str) else resume
+    if word is None or word is False or word in ("", "false", "no"):
         return None
-    if resume is True or (isinstance(resume, str) and resume.lower() in ("true", "yes")):
-        path = Path(output_dir) / CHECKPOINT_DIR / LAST
-        if not path.is_file():
+    own = Path(output_dir) / CHECKPOINT_DIR / LAST
+    if word == "auto":
+        # is_file, not exists: a folder holding only .hydra/ and run.log (Hydra writes them
+        # before the task starts) is a fresh run
+        return own if own.is_file() else None
+    if word is True or word in ("true", "yes"):
+        if not own.is_file():
             raise CheckpointError(
-                f"{path}: resume=true found no checkpoint to continue from; set hydra.run.dir to "
-                "the folder of the run to continue (it holds checkpoints/last.ckpt), or "
-                "resume=PATH to a run folder or a .ckpt file"
+                f"{own}: resume=true found no checkpoint to continue from; set hydra.run.dir to "
+                "the folder of the run to continue (it holds checkpoints/last.ckpt), resume=PATH "
+                "to a run folder or a .ckpt file, or resume=auto to start when there is none"
             )
-        return path
+        return own
     if not isinstance(resume, (str, os.PathLike)):
-        raise CheckpointError(f"resume={resume!r}: expected true, false or a path")
+        raise CheckpointError(f"resume={resume!r}: not understood; {_ACCEPTED}")
+    return _resume_path(resume)
+
+
+def _resume_path(resume: str | os.PathLike) -> Path:
+    """The checkpoint of `resume=PATH`; a bare word that names nothing is taken for a typo."""
     path = Path(os.path.expanduser(str(resume))).absolute()
     found = path if path.is_file() else find_checkpoint(path, [LAST])
     if found is not None:
         return found
+    text = str(resume)
+    if not path.exists() and os.sep not in text and "/" not in text:
+        close = difflib.get_close_matches(text.lower(), RESUME_WORDS, n=1, cutoff=0.5)
+        hint = f" (did you mean resume={close[0]}?)" if close else ""
+        raise CheckpointError(
+            f"resume={text}: neither a setting nor an existing file or folder{hint}; {_ACCEPTED}"
+        )
     raise CheckpointError(
         f"{path}: resume=PATH needs a checkpoint file, a run folder holding "
-        f"{CHECKPOINT_DIR}/{LAST}, or a {CHECKPOINT_DIR} folder holding {LAST}; none found"
+        f"{CHECKPOINT_DIR}/{LAST}, or a {CHECKPOINT_DIR} folder holding {LAST}; none found "
+        f"({_ACCEPTED})"
     )

@@ -14,7 +14,9 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 - `csv/metrics.csv` (one file, continued by resumed runs);
 - `generate-test.txt` (`gen.test_bleu`): the best checkpoint's test translations, detokenised, one
   per line, as `task=generate` writes them (what `task=compare` reads from a run folder);
-- `summary.json`: epochs, updates, wall time, stop reason, best validation figures, test
+- `summary.json`: epochs, updates, wall time, stop reason, where training stopped
+  (`stopped_at`, `last_validation`; `signal` and `continue_with` when a signal cut it short, which
+  makes `python run.py` exit with 75, `EX_TEMPFAIL`), best validation figures, test
   figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`; none
   with `final_test=false`, which never evaluates on test, for tuning runs) and
   the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
@@ -23,7 +25,6 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Mapping
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
 
 from convseq.checkpoints.io import (
@@ -59,6 +62,14 @@ from convseq.training.build import (
     stop_reason,
 )
 from convseq.training.callbacks import TrainingInterrupted
+from convseq.training.interruption import (
+    CONTINUE_WITH,
+    exit_status,
+    last_validation,
+    signal_name,
+    stop_point,
+    summary_line,
+)
 from convseq.training.intervals import validation_interval
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler
@@ -67,26 +78,10 @@ from convseq.training.run_log import truncate_metrics, write_summary
 __all__ = ["run_train", "train"]
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.4f}"
-
-
-def _bleu(test: Mapping[str, Any]) -> str:
-    return f" BLEU {test['test/bleu']:.2f}" if "test/bleu" in test else ""
-
-
 @rank_zero_only
 def _report(output_dir: Path, summary: dict[str, Any]) -> None:
     write_summary(output_dir / SUMMARY_FILE, summary)
-    test = summary.get("test") or {}
-    print(
-        f"convseq: {summary['epochs']} epochs, {summary['updates']} updates in "
-        f"{summary['train_seconds']:.1f}s; stopped: {summary['stop_reason']}; best "
-        f"{summary['optimized_metric']} {_fmt(summary['best_value'])} (epoch "
-        f"{summary['best_epoch']}); test loss {_fmt(test.get('test/loss'))} ppl "
-        f"{_fmt(test.get('test/ppl'))}{_bleu(test)}; {output_dir}",
-        flush=True,
-    )
+    print(summary_line(summary, output_dir), flush=True)
 
 
 def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) -> float:
@@ -103,6 +98,11 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     Raises:
         ConvseqError: bad data, settings or checkpoints, with a message naming them.
     """
+    return float(_train(cfg, callbacks)["best_value"])
+
+
+def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[str, Any]:
+    """`train`'s work; returns the run's summary (what summary.json holds)."""
     cfg = to_plain(cfg)
     t_start = time.perf_counter()
     # Epoch-level figures are already summed over DDP ranks before they are logged.
@@ -117,7 +117,7 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     summary = _summary(run, fit, test_hypotheses, test_sets, t_start)
     _add_profile(run.trainer, summary)
     _report(output_dir, summary)
-    return float(summary["best_value"])
+    return summary
 
 
 @dataclass
@@ -142,7 +142,9 @@ class _Fit:
     """What fitting left, taken before testing: loading best.ckpt for the test restores that
     epoch's module and callback states."""
 
-    interrupted: bool  # stopped by SIGTERM/SIGINT (TrainingInterrupted)
+    interrupted: bool  # stopped by SIGTERM/SIGINT in the middle of an epoch (TrainingInterrupted)
+    signal: str | None  # the signal that cut the run short (None: it finished by its limits)
+    stopped_at: dict[str, Any]  # epoch, updates in it and in all (`stop_point`)
     history: list[dict[str, Any]]  # per epoch
     seconds: float  # training time
     best_path: str  # best.ckpt, or "" when none was saved
@@ -154,7 +156,8 @@ class _Fit:
 def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
     """The checkpoint to resume from (None: a new run), the run folder checked for it.
 
-    A new run refuses a folder that already holds one; rank 0 (the only rank that writes
+    A new run refuses a folder that already holds one (`resume=auto` continues it instead; a
+    folder without checkpoints/last.ckpt is new to it); rank 0 (the only rank that writes
     checkpoints) checks that the checkpoint folder is writable and, when resuming, removes the
     temporary files of a process killed while saving.
     """
@@ -163,7 +166,8 @@ def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
     if resume is None and (ckpt_dir / LAST).exists():
         raise CheckpointError(
             f"{ckpt_dir / LAST}: this folder already holds a run; continue it with resume=true "
-            "or choose another hydra.run.dir"
+            "(or resume=auto, which also starts a new run where there is none) or choose another "
+            "hydra.run.dir"
         )
     if rank_zero_only.rank == 0:  # the only rank that writes checkpoints
         check_writable(ckpt_dir)  # an unwritable folder fails now, not after the first epoch
@@ -197,7 +201,7 @@ def _build_run(
         rank_zero_info(f"convseq: resuming from {resume}")
 
     dm = build_datamodule(cfg, module, databin)  # the data-bin prepared above, used as it is
-    cbs = build_callbacks(cfg, ckpt_dir)
+    cbs = build_callbacks(cfg, ckpt_dir, resume)
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
         truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
@@ -220,21 +224,29 @@ def _fit(run: _Run) -> _Fit:
     best_path = getattr(run.callbacks["best"], "best_model_path", "") or ""
     max_epochs = int(run.cfg["trainer"].get("max_epochs") or 0)
     reason = stop_reason(trainer, run.callbacks, max_epochs)
+    # a signal cuts the run short unless it came in the epoch where a rule or limit ended it
+    limit = stop_reason(trainer, run.callbacks, max_epochs, include_signal=False)
+    received = getattr(run.callbacks["signal"], "stop_reason", None)
+    cut = interrupted or (received is not None and limit == "finished")
+    sig = signal_name(getattr(run.callbacks["signal"], "received", None)) if cut else None
+    if received is not None and not cut:
+        reason = limit
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = module.updates  # fp16 updates the loss scaler skipped are not counted
-    return _Fit(interrupted, history, seconds, best_path, reason, epochs, updates)
+    at = stop_point(trainer, history, updates, mid_epoch=interrupted)
+    return _Fit(interrupted, sig, at, history, seconds, best_path, reason, epochs, updates)
 
 
 def _final_test(run: _Run, fit: _Fit) -> tuple[Path | None, dict[str, dict]]:
     """Evaluate the test split with the best checkpoint, unless interrupted or ``final_test``
-    is off; with `TestBleu`, write (rank 0) and score its translations and the extra test sets'.
+    is off, or a signal cut the run short (the run that finishes it tests); with `TestBleu`, write (rank 0) and score its translations and the extra test sets'.
 
     Returns:
         generate-test.txt (None when nothing was translated) and the extra test sets' figures.
     """
     module, trainer = run.module, run.trainer
     # final_test=false: a tuning run never evaluates on test
-    evaluate = bool(run.cfg.get("final_test", True)) and not fit.interrupted
+    evaluate = bool(run.cfg.get("final_test", True)) and fit.signal is None
     if evaluate:
         # a fast_dev_run tests the weights in memory, other runs best.ckpt's
         ckpt_path = None if trainer.fast_dev_run else (fit.best_path or None)
@@ -281,6 +293,13 @@ def _summary(
         "process_seconds": time.perf_counter() - t_start,
         "stop_reason": fit.reason,
         "interrupted": fit.interrupted,
+        # the signal that cut the run short (then `python run.py` exits with 75), else null
+        "signal": fit.signal,
+        "exit_status": exit_status({"signal": fit.signal}),
+        # epoch (1-based), its updates done and in all, the run's updates, mid_epoch
+        "stopped_at": fit.stopped_at,
+        "last_validation": last_validation(validations),
+        "continue_with": CONTINUE_WITH if fit.signal else None,
         "optimized_metric": metric,
         "best_value": best_value,
         "best_epoch": best_epoch,
@@ -337,6 +356,21 @@ def extra_test_sets(test_bleu: TestBleu, output_dir: Path, write: bool) -> dict[
     return figures
 
 
+def _in_multirun() -> bool:
+    """Whether this is a job of a Hydra multirun (`-m`), whose sweep a SystemExit would end."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def run_train(cfg: dict[str, Any]) -> float:
-    """`python run.py task=train`: train, and return the best `optimized_metric` value."""
-    return train(cfg)
+    """`python run.py task=train`: train, and return the best `optimized_metric` value.
+
+    A run cut short by a signal exits with 75 (`EX_TEMPFAIL`) once its summary is written: on
+    rank 0 only (Lightning's launcher kills rank 0 when another rank exits non-zero first; srun
+    reports the highest status of its tasks), and not inside a multirun, where the sweep report
+    marks the job interrupted instead.
+    """
+    summary = _train(cfg, None)
+    status = exit_status(summary)
+    if status and rank_zero_only.rank == 0 and not _in_multirun():
+        raise SystemExit(status)
+    return float(summary["best_value"])

@@ -31,8 +31,10 @@ from convseq.training.callbacks import (
 )
 from convseq.training.intervals import UpdateCheckpoint, validation_interval
 from convseq.training.intervals import trainer_arguments as interval_arguments
+from convseq.training.log_interval import LogIntervalClamp
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
+from convseq.training.resume_agreement import ResumeAgreement
 from convseq.training.run_log import AppendingCSVLogger
 
 __all__ = [
@@ -76,8 +78,17 @@ def build_datamodule(
     )
 
 
-def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Callback]:
-    """convseq's callbacks by name, in the order Lightning must call them."""
+def build_callbacks(
+    cfg: Mapping[str, Any], ckpt_dir: Path, resume: Path | None = None
+) -> dict[str, pl.Callback]:
+    """convseq's callbacks by name, in the order Lightning must call them.
+
+    Args:
+        cfg: the run's plain config.
+        ckpt_dir: the run's checkpoints folder.
+        resume: the checkpoint this rank continues from (None: a new run); under DDP every
+            rank must have chosen the same (`ResumeAgreement`).
+    """
     ck = cfg.get("checkpoint") or {}
     monitor, mode = ck.get("monitor", "valid/loss"), ck.get("mode", "min")
     by_updates = validation_interval(cfg) > 0
@@ -130,6 +141,9 @@ def build_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Call
         cbs["test_bleu"] = TestBleu(gen)
     if cfg.get("profile"):
         cbs["profile"] = LoggingTimer()
+    # per-update figures at least once an epoch, without Lightning's warning on small corpora
+    cbs["log_interval"] = LogIntervalClamp()
+    cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
     return cbs
 
 
@@ -210,8 +224,19 @@ def check_resume(
         return -1
 
 
-def stop_reason(trainer: pl.Trainer, cbs: Mapping[str, pl.Callback], max_epochs: int) -> str:
-    for name in ("signal", "anneal", "max_update"):
+def stop_reason(
+    trainer: pl.Trainer,
+    cbs: Mapping[str, pl.Callback],
+    max_epochs: int,
+    include_signal: bool = True,
+) -> str:
+    """Why training stopped, as summary.json's `stop_reason` says it.
+
+    With ``include_signal=False``, the rule or limit that stopped it besides a signal
+    ("finished" when none did): a signal during the last epoch of a run at its limit leaves the
+    run finished.
+    """
+    for name in ("signal", "anneal", "max_update") if include_signal else ("anneal", "max_update"):
         reason = getattr(cbs[name], "stop_reason", None)
         if reason:
             return reason
