@@ -10,7 +10,10 @@ and rounded once to the parameter's own dtype (fairseq sums in the parameter's d
 float32); integer tensors are floor-divided as fairseq does. Weight-normalised layers are averaged
 through their stored (g, v) pair, as fairseq averages `weight_g` / `weight_v`, not through the
 effective weight. The result keeps the first checkpoint's hyperparameters (model settings and
-dictionaries) and holds no optimiser or loop state: it loads with
+dictionaries), the data settings the inputs were trained on (`convseq.checkpoints.data_record`:
+task=generate takes its data from there) and their segmentation, and holds no optimiser or loop
+state; checkpoints trained on different data (language pair, segmentation, dictionaries) are
+refused, naming both. The result loads with
 `ConvSeqModule.load_from_checkpoint(path, weights_only=True)` for evaluation and generation, and
 is not a point to resume training from.
 """
@@ -25,7 +28,20 @@ from typing import Any
 
 import torch
 
-from convseq.checkpoints.io import atomic_torch_save, checkpoints_folder, load_checkpoint
+from convseq.checkpoints.data_record import (
+    DATA_HPARAMS,
+    data_differences,
+    describe,
+    segmentation_differs,
+    text_record,
+    training_data,
+)
+from convseq.checkpoints.io import (
+    TEXT_KEY,
+    atomic_torch_save,
+    checkpoints_folder,
+    load_checkpoint,
+)
 from convseq.errors import CheckpointError
 
 __all__ = ["average_checkpoints", "average_state_dicts", "last_n_checkpoints"]
@@ -78,6 +94,44 @@ def _check_same_model(first: Mapping[str, Any], other: Mapping[str, Any], a: Pat
             )
 
 
+def check_same_data(first: Mapping[str, Any], other: Mapping[str, Any], a: Path, b: Path) -> None:
+    """Refuse to average checkpoints trained on different data (pair, segmentation settings or
+    sentencepiece models), naming both checkpoints and what differs."""
+    data_a, data_b = training_data(first), training_data(other)
+    text_a, text_b = text_record(first), text_record(other)
+    if (data_a is None) != (data_b is None):
+        recorded, bare = (a, b) if data_a is not None else (b, a)
+        raise CheckpointError(
+            f"{recorded} records the data it was trained on ({describe(data_a or data_b)}), "
+            f"{bare} records none (a fairseq import?): average checkpoints of one training run "
+            "or of runs on the same data"
+        )
+    why = []
+    if data_a is not None and data_b is not None:
+        why = [f"data.{k}: {va!r} vs {vb!r}" for k, va, vb in data_differences(data_a, data_b)]
+    why += [f"the {side} sentencepiece model" for side in segmentation_differs(text_a, text_b)]
+    if why:
+        raise CheckpointError(
+            f"{b} was trained on {describe(data_b, text_b)}, {a} on {describe(data_a, text_a)}, "
+            f"with other data settings ({'; '.join(why)}): only checkpoints trained on the same "
+            "data can be averaged"
+        )
+
+
+def check_given_data(ckpt: Mapping[str, Any], path: Path, data: Mapping[str, Any]) -> None:
+    """Refuse an input whose recorded training data differs from the ``data`` the user gave."""
+    recorded = training_data(ckpt)
+    if recorded is None:
+        return  # nothing recorded to compare (an imported checkpoint)
+    why = [f"data.{k}: {va!r} vs {vb!r}" for k, va, vb in data_differences(recorded, data)]
+    if why:
+        raise CheckpointError(
+            f"{path} was trained on {describe(recorded)}, but the data given is "
+            f"{describe(data)} ({'; '.join(why)}): leave data out (the checkpoints carry their "
+            "own) or give the data they were trained on"
+        )
+
+
 def _state_dict(ckpt: Mapping[str, Any], path: Path) -> Mapping[str, torch.Tensor]:
     sd, hp = ckpt.get("state_dict"), ckpt.get("hyper_parameters")
     if not isinstance(sd, Mapping) or not isinstance(hp, Mapping) or "model" not in hp:
@@ -88,16 +142,20 @@ def _state_dict(ckpt: Mapping[str, Any], path: Path) -> Mapping[str, torch.Tenso
     return sd
 
 
-def average_state_dicts(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Any], dict]:
+def average_state_dicts(
+    paths: Sequence[str | os.PathLike], data: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], dict]:
     """Load the checkpoints one at a time and average their `state_dict`s.
+
+    ``data``: the data config the user gave, if any: every input must have been trained on it.
 
     Returns:
         (the first checkpoint's dict without its state, the averaged state_dict). Keys keep
         the first checkpoint's order.
 
     Raises:
-        CheckpointError: a file is missing or unreadable, holds another model, or has other
-            parameter names or shapes than the first.
+        CheckpointError: a file is missing or unreadable, holds another model, was trained on
+            other data, or has other parameter names or shapes than the first.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -114,6 +172,8 @@ def average_state_dicts(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, A
     for i, path in enumerate(paths):
         ckpt = load_checkpoint(path, weights_only=True)
         sd = _state_dict(ckpt, path)
+        if data is not None:
+            check_given_data(ckpt, path, data)
         if i == 0:
             first = {k: v for k, v in ckpt.items() if k != "state_dict"}
             dtypes = {name: t.dtype for name, t in sd.items()}
@@ -122,6 +182,7 @@ def average_state_dicts(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, A
                 sums[name] = t.double().clone() if t.is_floating_point() else t.clone()
             continue
         _check_same_model(first["hyper_parameters"], ckpt["hyper_parameters"], paths[0], path)
+        check_same_data(first, ckpt, paths[0], path)
         if list(sd) != list(sums):
             missing, extra = sorted(set(sums) - set(sd)), sorted(set(sd) - set(sums))
             raise CheckpointError(
@@ -143,12 +204,17 @@ def average_state_dicts(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, A
     return first, averaged
 
 
-def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.PathLike) -> Path:
+def average_checkpoints(
+    paths: Sequence[str | os.PathLike],
+    output: str | os.PathLike,
+    data: Mapping[str, Any] | None = None,
+) -> Path:
     """Average the checkpoints' parameters into a new checkpoint file, written atomically.
 
     Args:
-        paths: convseq training checkpoints of one model.
+        paths: convseq training checkpoints of one model, trained on the same data.
         output: the file to write.
+        data: the data config the user gave (None: not given); every input must match it.
 
     Returns:
         The path written.
@@ -156,7 +222,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
     output = Path(output).absolute()
     if output in {Path(p).absolute() for p in paths}:
         raise CheckpointError(f"{output}: average.output would overwrite one of the inputs")
-    first, averaged = average_state_dicts(paths)
+    first, averaged = average_state_dicts(paths, data)
     out = {
         "state_dict": averaged,
         "hyper_parameters": first["hyper_parameters"],
@@ -164,7 +230,9 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], output: str | os.Pat
         "global_step": int(first.get("global_step", 0)),
         AVERAGE_KEY: {"checkpoints": [str(Path(p).absolute()) for p in paths]},
     }
-    if "pytorch-lightning_version" in first:
-        out["pytorch-lightning_version"] = first["pytorch-lightning_version"]
+    # what generation needs besides the weights: the data settings and the segmentation
+    for key in ("pytorch-lightning_version", DATA_HPARAMS, TEXT_KEY):
+        if key in first:
+            out[key] = first[key]
     atomic_torch_save(out, output)
     return output

@@ -1,11 +1,12 @@
-"""What generation raises: settings it cannot honour (`GenerationError`) and a device out of
-memory (`GenerationOOM`, with `is_oom` to recognise one and `out_of_memory` to build it)."""
+"""What generation raises: settings it cannot honour (`GenerationError`), a device out of
+memory (`GenerationOOM`, with `is_oom` to recognise one and `out_of_memory` to build it), and
+data that does not match the checkpoint (`DataMismatchError`)."""
 
 from __future__ import annotations
 
 import torch
 
-from convseq.errors import ConvseqError
+from convseq.errors import ConvseqError, DataError
 
 
 class GenerationError(ConvseqError):
@@ -34,3 +35,8 @@ def out_of_memory(src_tokens: torch.Tensor) -> GenerationOOM:
         f"{bsz * width} source tokens, padding included): lower gen.max_tokens (or set "
         "gen.batch_size, or a smaller gen.beam) and run again"
     )
+
+
+class DataMismatchError(DataError):
+    """The data given to translate is not the data the checkpoint was trained on (language
+    pair, segmentation or dictionaries), or a checkpoint's own data cannot be found."""

@@ -4,7 +4,8 @@
 (`convseq.training.bleu`) both translate a split through these pieces:
 
 - `checkpoint_paths` / `load_translator`: ``ckpt=`` (one path, or several joined by ':' for an
-  ensemble) read into a `Translator` with the ``gen`` search settings;
+  ensemble) read into a `Translator` with the ``gen`` search settings (which data it may
+  translate: `convseq.inference.data_match`);
 - `split_loader`: the split's sources batched by ``gen.max_tokens`` / ``gen.batch_size``;
   `batch_loader`: the same for any dataset of encoded sources (``task=generate gen.input=FILE``);
 - `split_batches` / `encoded_batches`: what a rank's loader is built from, once the ranks are
@@ -33,6 +34,7 @@ from convseq.data.batching import source_batches
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.errors import CheckpointError, DataError
+from convseq.inference.data_match import check_databin
 from convseq.inference.options import GenOptions
 from convseq.inference.precision import device_type
 from convseq.inference.profiler import GenerationProfiler
@@ -61,7 +63,7 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
     """The Translator of ``cfg.ckpt`` with ``cfg.gen``'s search settings.
 
     A checkpoint without its own segmentation (a fairseq one, or an older convseq one) whose
-    dictionaries are the data-bin's gets the data-bin's segmentation.
+    dictionaries are the data-bin's gets the data-bin's segmentation (`adopt_segmentation`).
     """
     gen = cfg.get("gen") or {}
     translator = Translator.from_checkpoints(
@@ -69,14 +71,8 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
         dict_dir=gen.get("dict_dir"),
         options=GenOptions.from_mapping(gen),
     )
-    if (
-        databin is not None
-        and translator.src_segmenter.model is None
-        and translator.src_dict == databin.src_dict
-        and translator.tgt_dict == databin.tgt_dict
-    ):
-        translator.src_segmenter = databin.segmenter("src")
-        translator.tgt_segmenter = databin.segmenter("tgt")
+    if databin is not None:
+        adopt_segmentation(translator, databin)
     precision = str(gen.get("precision") or "fp32")
     if precision != "fp32":
         # checked against where task=generate / interactive will run
@@ -84,6 +80,18 @@ def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translat
             precision, device_type((cfg.get("trainer") or {}).get("accelerator"))
         )
     return translator
+
+
+def adopt_segmentation(translator: Translator, databin: DataBin) -> None:
+    """Give a translator without a segmentation of its own (a fairseq checkpoint, an older
+    convseq one) the data-bin's, when their dictionaries are the same."""
+    if (
+        translator.src_segmenter.model is None
+        and translator.src_dict == databin.src_dict
+        and translator.tgt_dict == databin.tgt_dict
+    ):
+        translator.src_segmenter = databin.segmenter("src")
+        translator.tgt_segmenter = databin.segmenter("tgt")
 
 
 # ---------------------------------------------------------------------------- batches
@@ -237,14 +245,22 @@ class GenerationModule(pl.LightningModule):
     def on_predict_epoch_start(self) -> None:
         self._mine, self.records = [], []
 
-    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def predict_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> int:
+        """Translate one batch into this rank's records; returns how many sentences it held.
+
+        The records are kept here (gathered at the epoch's end), not returned; the count is
+        returned because Lightning warns ("predict returned None ...") on every step that
+        returns nothing, which would tell a convseq user nothing.
+        """
+        before = len(self._mine)
         if self.profiler_ is None:
             self._mine.extend(self.translator.translate_batch(batch, self.options))
-            return
-        with self.profiler_.step():
-            self._mine.extend(
-                self.translator.translate_batch(batch, self.options, self.profiler_.timer)
-            )
+        else:
+            with self.profiler_.step():
+                self._mine.extend(
+                    self.translator.translate_batch(batch, self.options, self.profiler_.timer)
+                )
+        return len(self._mine) - before
 
     def on_predict_epoch_end(self) -> None:
         shares = gather_objects(self._mine)  # per rank, its records
@@ -295,8 +311,10 @@ def translate_split(
 
     No Trainer: usable inside training hooks. In a distributed run each rank translates its
     share of the batches (on the device its models are on) and the texts are gathered; the
-    result is the one-process result on every rank.
+    result is the one-process result on every rank. A translator loaded from checkpoints that
+    record their training data refuses a data-bin of other data (`check_databin`).
     """
+    check_databin(translator.trained_on, databin, (translator.src_dict, translator.tgt_dict), True)
     loader = split_loader(translator, databin, split, gen, rank_and_world())
     mine = []
     with torch.inference_mode():

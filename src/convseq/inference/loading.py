@@ -3,7 +3,8 @@
 convseq checkpoints hold the segmentation of their training data under
 `convseq.checkpoints.io.TEXT_KEY` (languages and the serialized sentencepiece models, or None for
 whitespace tokens: `convseq.data.subword.text_processing`), so that raw text can be translated
-from the checkpoint alone, without the data-bin.
+from the checkpoint alone, without the data-bin, and the ``data`` config they were trained on
+(`convseq.checkpoints.data_record`), so that a split is translated from the right corpus.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from convseq.checkpoints.data_record import training_data
 from convseq.checkpoints.fairseq import load_fairseq
 from convseq.checkpoints.io import BEST, CHECKPOINT_DIR, LAST, TEXT_KEY, find_checkpoint
 from convseq.data.dictionary import Dictionary
@@ -29,12 +31,13 @@ MODEL_PREFIX = "model."  # the LightningModule's name for the FConvModel in its 
 
 @dataclass
 class LoadedModel:
-    """A model read from a checkpoint, with its dictionaries and segmentation entry."""
+    """A model read from a checkpoint, with its dictionaries, segmentation and training data."""
 
     model: nn.Module
     src_dict: Dictionary
     tgt_dict: Dictionary
     text: dict | None  # `convseq.data.subword.text_processing` entry, None when none is stored
+    data: dict | None = None  # the plain data config it was trained on; None: not recorded
 
 
 def load_any(
@@ -106,4 +109,4 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> L
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from e
     model.eval()
-    return LoadedModel(model, src_dict, tgt_dict, ckpt.get(TEXT_KEY))
+    return LoadedModel(model, src_dict, tgt_dict, ckpt.get(TEXT_KEY), training_data(ckpt))

@@ -42,6 +42,7 @@ from convseq.data.dataset import LanguagePairDataset
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import Segmenter, segmenters
 from convseq.errors import CheckpointError
+from convseq.inference.data_match import TrainedOn, trained_on
 from convseq.inference.ensemble import EnsembleModel
 from convseq.inference.errors import GenerationError, is_oom, out_of_memory
 from convseq.inference.loading import load_any
@@ -65,6 +66,9 @@ class Translator:
         src_segmenter, tgt_segmenter: how raw text is split into the dictionary's pieces and
             joined back (default: whitespace).
         options: default search settings (`GenOptions`).
+        trained_on: what the checkpoints record of their training data (`from_checkpoints`
+            fills it; generation translates that data unless told otherwise, and refuses
+            other data).
     """
 
     def __init__(
@@ -75,9 +79,11 @@ class Translator:
         src_segmenter: Segmenter | None = None,
         tgt_segmenter: Segmenter | None = None,
         options: GenOptions | None = None,
+        trained_on: TrainedOn | None = None,
     ):
         if not models:
             raise ValueError("a Translator needs at least one model")
+        self.trained_on = trained_on or TrainedOn((), None, None)
         self.models = list(models)
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.src_segmenter = src_segmenter or Segmenter(None)
@@ -96,7 +102,8 @@ class Translator:
     ) -> Translator:
         """Load convseq checkpoints (``.ckpt``) and/or fairseq fconv checkpoints (``.pt``).
 
-        Several paths make an ensemble; their dictionaries must be identical. A fairseq
+        Several paths make an ensemble; their dictionaries (and the data they were trained on,
+        where they record it) must be identical. A fairseq
         checkpoint needs its ``dict.<lang>.txt`` files beside it (or in ``dict_dir``); its text
         is split on whitespace (apply the model's own tokenisation/BPE to the input first).
         """
@@ -113,10 +120,10 @@ class Translator:
                         f"{p}: its {side[:3]} dictionary differs from {paths[0]}'s; ensemble "
                         "members must be trained on the same dictionaries"
                     )
+        data = trained_on(loaded, paths)
         src_seg, tgt_seg = segmenters(first.text)
-        return cls(
-            [m.model for m in loaded], first.src_dict, first.tgt_dict, src_seg, tgt_seg, options
-        )
+        models = [m.model for m in loaded]
+        return cls(models, first.src_dict, first.tgt_dict, src_seg, tgt_seg, options, data)
 
     def with_precision(
         self, precision: str, device: torch.device | str | None = None

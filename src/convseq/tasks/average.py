@@ -2,6 +2,10 @@
 
 python run.py task=average ckpts=[a.ckpt,b.ckpt,c.ckpt]
 python run.py task=average ckpts=[RUN_DIR] average.last_n=5   # the run's last 5 epochNNN.ckpt
+
+The checkpoints must have been trained on the same data; the averaged one carries those data
+settings, so that task=generate finds its data without ``data=``. A ``data`` given on the
+command line is checked against every input.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ def run_average(cfg: Mapping[str, Any]) -> Path:
     """`task=average`: the checkpoints of `ckpts` (or the last `average.last_n` of a run).
 
     Writes `average.output`, by default `<output_dir>/averaged.ckpt` (the Hydra folder of
-    this command), and prints the path.
+    this command), and prints the path. ``cfg["data"]``: None when the user gave no data (the
+    inputs' own is kept), else a data config every input must have been trained on.
     """
     avg = cfg.get("average") or {}
     ckpts = _expand(cfg.get("ckpts"))
@@ -49,7 +54,8 @@ def run_average(cfg: Mapping[str, Any]) -> Path:
                     "epochs with average.last_n=N"
                 )
     output = avg.get("output") or Path(cfg["paths"]["output_dir"]) / DEFAULT_NAME
-    path = average_checkpoints(ckpts, output)
+    data = cfg.get("data")
+    path = average_checkpoints(ckpts, output, data if isinstance(data, Mapping) else None)
     names = ", ".join(str(p) for p in ckpts)
     print(f"convseq: averaged {len(ckpts)} checkpoints ({names}) into {path}", flush=True)
     return path

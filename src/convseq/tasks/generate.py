@@ -24,6 +24,12 @@ file stem):
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
 never with references rebuilt from the binarised data.
 
+The data comes from the checkpoint (the ``data`` config it was trained on, kept in convseq's
+checkpoints) unless ``data`` is given; data given is checked against the checkpoint's (language
+pair, segmentation, dictionaries) and a mismatch is refused, naming both
+(`convseq.inference.data_match`). A fairseq checkpoint records no data: name it with
+``data=...`` to translate a split.
+
 ``gen.input=FILE`` translates the lines of a raw text file instead (segmented with the
 checkpoint's own segmentation, as task=interactive does; no data-bin is read), batched and run
 exactly as a split is; an empty line gets an empty hypothesis, as in task=interactive. With
@@ -56,11 +62,13 @@ from convseq.data.preprocess import prepare_databin
 from convseq.data.textio import TextFile, read_text_file
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
+from convseq.inference.data_match import check_databin, check_given_data, data_to_translate
 from convseq.inference.errors import GenerationError
 from convseq.inference.generation import (
     BatchesFn,
     GenerationModule,
     SourceLines,
+    adopt_segmentation,
     checkpoint_paths,
     encoded_batches,
     load_translator,
@@ -209,7 +217,12 @@ def attention_plot_count(gen: Mapping[str, Any]) -> int:
 
 
 def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
-    """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text."""
+    """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text.
+
+    ``cfg["data"]`` None (not given): the data the checkpoint was trained on; a data config:
+    checked against the checkpoint's before and after its data-bin is built
+    (`convseq.inference.data_match`).
+    """
     split = str(gen.get("split", "test"))
     if split == "train":
         raise DataError(
@@ -221,14 +234,20 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
             f"gen.reference={gen['reference']!r} is read only with gen.input=FILE; a split is "
             "scored against the data-bin's reference text"
         )
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    translator = load_translator(cfg, databin=None)
+    given = cfg.get("data")
+    cache_dir = cfg["paths"]["cache_dir"]
+    data = data_to_translate(translator.trained_on, given, cache_dir)
+    databin = DataBin(prepare_databin(data, cache_dir))
     if split not in databin.scored_splits():
         raise DataError(
             f"gen.split={split!r}: this data-bin's scored splits are {databin.scored_splits()} "
             "(add more with data.test_sets)",
             path=str(databin.path),
         )
-    translator = load_translator(cfg, databin)
+    dicts = (translator.src_dict, translator.tgt_dict)
+    check_databin(translator.trained_on, databin, dicts, given=given is not None)
+    adopt_segmentation(translator, databin)
     refs = list(databin.text(split, "tgt"))
     batches = split_batches(translator, databin, split, gen)
     return Job(split, translator, batches, len(refs), refs, about={"split": split})
@@ -248,6 +267,8 @@ def input_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
         check_line_counts(source, reference)
         refs, ref_path = reference.lines, str(reference.path)
     translator = load_translator(cfg, databin=None)  # the checkpoint's own segmentation
+    if cfg.get("data") is not None:  # given, though unused: it must still be the model's
+        check_given_data(translator.trained_on, cfg["data"])
     encoded, rows = encode_lines(translator, source)
     batches = None
     if encoded:

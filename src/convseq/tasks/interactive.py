@@ -7,7 +7,8 @@ Each input line gets exactly one output line on stdout, flushed at once: its tra
 to translate. Messages go to stderr: an empty line, a line that is not valid UTF-8, and a line
 longer than the model's source positions (translated truncated) are reported there, and the loop
 goes on. Input goes through the segmentation the model was trained with (stored in convseq's
-checkpoints; whitespace tokens for fairseq checkpoints).
+checkpoints; whitespace tokens for fairseq checkpoints). No data is needed; data given
+(``data=...``) must be the checkpoint's (`convseq.inference.data_match.check_given_data`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import IO, Any
 import torch
 
 from convseq.errors import ConvseqError
+from convseq.inference.data_match import check_given_data
 from convseq.inference.generation import checkpoint_paths, load_translator
 from convseq.inference.translator import Translator
 
@@ -92,6 +94,8 @@ def run_interactive(
     stderr = stderr if stderr is not None else sys.stderr
     _keep_stdout_for_answers(stdout)
     translator = load_translator(cfg, databin=None)
+    if cfg.get("data") is not None:  # given: it must be the data the model was trained on
+        check_given_data(translator.trained_on, cfg["data"])
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         translator.to("cuda")
