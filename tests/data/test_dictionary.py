@@ -48,8 +48,9 @@ def test_load_fairseq_written_file(tmp_path):
     path = tmp_path / "dict.en.txt"
     path.write_text("the 10\n, 7\nHaus 3\n<unk> 0 #fairseq:overwrite\n", encoding="utf-8")
     d = Dictionary.load(path)
-    assert d.symbols == [*SPECIALS, "the", ",", "Haus"]
-    assert d.count[4:] == [10, 7, 3] and d.count[3] == 0
+    # the flagged repeat of <unk> takes id 7, as fairseq's add_from_file gives it
+    assert d.symbols == [*SPECIALS, "the", ",", "Haus", "<unk>"]
+    assert d.count[4:] == [10, 7, 3, 0] and d.index("<unk>") == 7 and d.unk() == 3
     np.testing.assert_array_equal(d.encode_line("the Haus ist"), [4, 6, 3, 2])
     assert d.string([4, 5, 6, 2, 1, 1]) == "the , Haus"
 

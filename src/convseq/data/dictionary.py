@@ -4,6 +4,10 @@ A `dict.txt` holds one `symbol count` line per symbol after the four specials, w
 and never written. `finalize` sorts by count (ties alphabetically, as fairseq does), applies the
 `threshold` and `nwords` limits and pads the vocabulary to a multiple of `padding_factor` with
 `madeupwordNNNN 0` rows, so that embedding sizes match fairseq's for the same data.
+
+A line ending in ` #fairseq:overwrite` may repeat a symbol (a special one too). As in fairseq's
+`Dictionary.add_from_file`, the repeat takes a new id at its place in the file and the symbol
+then maps to that id; the earlier id keeps its row. `save` writes the flag back on such a line.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import numpy as np
 
 from convseq.common.specials import BOS, EOS, PAD, SPECIAL_SYMBOLS, UNK
 from convseq.errors import DataError
+
+OVERWRITE = " #fairseq:overwrite"  # fairseq's flag on a dict.txt line that repeats a symbol
 
 
 class Dictionary:
@@ -62,10 +68,14 @@ class Dictionary:
         return self.indices.get(sym, self.unk_index)
 
     # -- building -----------------------------------------------------------------------------
-    def add_symbol(self, sym: str, n: int = 1) -> int:
-        """Add `n` occurrences of `sym` (creating it if new); return its id."""
+    def add_symbol(self, sym: str, n: int = 1, overwrite: bool = False) -> int:
+        """Add `n` occurrences of `sym` (creating it if new); return its id.
+
+        With `overwrite`, a symbol already present gets a new id with count `n` (fairseq's
+        `#fairseq:overwrite`).
+        """
         idx = self.indices.get(sym)
-        if idx is not None:
+        if idx is not None and not overwrite:
             self.count[idx] += n
             return idx
         idx = len(self.symbols)
@@ -153,9 +163,12 @@ class Dictionary:
         """Write fairseq's dict.txt (`symbol count` per line, specials omitted), atomically."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
+        seen = set(self.symbols[: self.nspecial])
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             for sym, n in zip(self.symbols[self.nspecial :], self.count[self.nspecial :]):
-                f.write(f"{sym} {n}\n")
+                # a repeated symbol is written with its flag, so that the file loads again
+                f.write(f"{sym} {n}{OVERWRITE if sym in seen else ''}\n")
+                seen.add(sym)
         os.replace(tmp, path)
 
     @classmethod
@@ -177,10 +190,9 @@ class Dictionary:
                 raise DataError(
                     "empty line; expected '<symbol> <count>'", path=str(path), line=lineno
                 )
-            overwrite = False
-            if line.endswith(" #fairseq:overwrite"):
-                overwrite = True
-                line = line[: -len(" #fairseq:overwrite")]
+            overwrite = line.endswith(OVERWRITE)
+            if overwrite:
+                line = line[: -len(OVERWRITE)]
             sym, sep, cnt = line.rpartition(" ")
             if not sep or not sym or not cnt.lstrip("-").isdigit():
                 raise DataError(
@@ -190,14 +202,12 @@ class Dictionary:
                 )
             if sym in d.indices and not overwrite:
                 raise DataError(
-                    f"duplicate symbol {sym!r}; each symbol may appear once",
+                    f"duplicate symbol {sym!r}; each symbol may appear once (a repeat that "
+                    "should take a new id ends in ' #fairseq:overwrite')",
                     path=str(path),
                     line=lineno,
                 )
-            if sym in d.indices:
-                d.count[d.indices[sym]] = int(cnt)
-            else:
-                d.add_symbol(sym, int(cnt))
+            d.add_symbol(sym, int(cnt), overwrite=overwrite)
         return d
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -214,5 +224,5 @@ class Dictionary:
             )
         d = cls()
         for s in symbols[4:]:
-            d.add_symbol(s, 0)
+            d.add_symbol(s, 0, overwrite=True)  # a repeat keeps its own id, as when loaded
         return d
