@@ -195,6 +195,21 @@ def match_max_sentences(
     return math.ceil(len(kept) / len(batches))
 
 
+def _empty_epoch(
+    name: str, pairs: int, filtered: int, max_positions: tuple[int, int], source: str | None
+) -> str:
+    """Why a split has no batch: its pair count, how many were filtered and why, and its files."""
+    where = f" ({source})" if source else ""
+    why, fix = "the split holds no pair", "rebuild the data-bin from files that hold pairs"
+    if pairs:
+        why = f"all {filtered} of its {pairs} pairs are longer (EOS included) and were filtered"
+        fix = "raise the model's max positions, or shorten the sentences"
+    return (
+        f"{name}{where}: no pair is within max_positions {max_positions}: {why}; "
+        f"the epoch would be empty: {fix}"
+    )
+
+
 class TokenBatchSampler(Sampler[list[int]]):
     """Frozen, per-epoch reshuffled, DDP-sharded batches of dataset indices (see module docstring).
 
@@ -219,6 +234,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         overlong: "skip" drops pairs over max_positions and counts them; "error" refuses them.
         name: the split's name, for messages.
         order: "fairseq" (default) or "snake" (see `ordered_indices`).
+        source: where the split's pairs come from (its data-bin files and input files), for
+            the message when no pair is left.
     """
 
     def __init__(
@@ -237,6 +254,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         overlong: str = "skip",
         name: str = "train",
         order: str = "fairseq",
+        source: str | None = None,
     ):
         src_sizes = np.asarray(src_sizes, dtype=np.int64)
         tgt_sizes = np.asarray(tgt_sizes, dtype=np.int64)
@@ -268,10 +286,7 @@ class TokenBatchSampler(Sampler[list[int]]):
                 "raise the model's max positions, or set data.eval_overlong=skip"
             )
         if len(kept) == 0:
-            raise DataError(
-                f"{name}: no pair is within max_positions {max_positions} "
-                f"({len(dropped)} filtered); the epoch would be empty"
-            )
+            raise DataError(_empty_epoch(name, len(src_sizes), len(dropped), max_positions, source))
         self.filtered_indices = np.sort(dropped)  # dataset indices dropped as over-long
         self.num_filtered = len(dropped)
         self.num_kept = len(kept)

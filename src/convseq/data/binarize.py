@@ -7,14 +7,16 @@ The text is streamed, so memory does not grow with the corpus (beyond the dictio
 byte per input line, and blocks of a few MiB):
 
 1. every input file is read block by block and checked (UTF-8, stray carriage returns, line
-   counts of the two sides), then the train pairs are filtered (`drop_train_regex`, empty lines);
+   counts of the two sides; a file without text is refused), then the train pairs are filtered
+   (`drop_train_regex`, empty lines), and a split with no pair left is refused
+   (`convseq.data.split_checks`);
 2. sentencepiece, when asked for, is trained on the kept train sentences as a stream (on a seeded
    sample of `data.subword.input_sentence_size` of them when there are more);
 3. every kept pair is segmented, by `data.workers` processes (`convseq.data.encode`), over-long
    pairs are dropped, train tokens are counted, and each side's provisional ids are spooled to
    disk (`convseq.data.spool`); the valid/test reference text is written on the way;
-4. the dictionaries are built from the counts, and each side is streamed from the spool through
-   a lookup table into its token and offset arrays.
+4. the dictionaries are built from the counts or read as given (`convseq.data.vocab`), and each
+   side is streamed from the spool through a lookup table into its token and offset arrays.
 
 Blocks are processed and written in input order whatever the number of workers, so the bytes of
 a data-bin depend only on its inputs and content settings.
@@ -25,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -41,6 +42,7 @@ from convseq.data.databin import FORMAT_VERSION, META_FILE, SPLITS, split_prefix
 from convseq.data.dictionary import Dictionary
 from convseq.data.encode import BlockEncoder, SymbolTable, segment_split
 from convseq.data.indexed import token_dtype
+from convseq.data.split_checks import require_pairs, require_text
 from convseq.data.spool import SIDES, SplitSpool, remove_spool, write_lines, write_side
 from convseq.data.subword import Segmenter, train_sentencepiece
 from convseq.data.textio import (
@@ -51,6 +53,7 @@ from convseq.data.textio import (
     iter_pairs,
     scan_text_file,
 )
+from convseq.data.vocab import build_dictionaries, load_given, vocab_meta
 
 PROGRESS_MIN_LINES = 100_000  # a split this long (per side) gets progress bars
 PROGRESS_MIN_BYTES = 8 << 20  # a file this big gets a progress bar while it is checked
@@ -122,22 +125,25 @@ def build_databin(
     start = time.perf_counter()
     roles = split_roles(cfg)
     sha = {(role, side): checksums[input_id(cfg, role, side)] for role in roles for side in SIDES}
+    given = load_given(cfg, checksums)  # data.src_dict / data.tgt_dict: a bad file fails first
 
-    # 1. check every file, then filter the train text
-    infos = _check_inputs(paths, sha, roles, progress)
+    # 1. check every file (no split may be empty), then filter the train text
+    infos = _check_inputs(cfg, paths, sha, roles, progress)
     filters = _pair_filters(cfg, roles)
     masks = {
         role: _text_mask(filters[role], paths, sha, role, len(infos[role][0])) for role in roles
     }
+    _require_pairs(cfg, paths, infos, filters, {"train": int(masks["train"].sum())})
 
     # 2. sentencepiece
     segmenters, models, trained_on = _train_segmenters(cfg, paths, sha, masks["train"], out)
 
     # 3. segment, filter by length, count, spool
     tables, spools = _segment_splits(cfg, paths, sha, masks, filters, segmenters, out, progress)
+    _require_pairs(cfg, paths, infos, filters, {r: spools[r].sentences for r in roles})
 
-    # 4. dictionaries, then the token arrays
-    src_dict, tgt_dict = _build_dicts(cfg, tables[cfg.src_lang], tables[cfg.tgt_lang])
+    # 4. dictionaries (given or from the train counts), then the token arrays
+    src_dict, tgt_dict = build_dictionaries(cfg, tables[cfg.src_lang], tables[cfg.tgt_lang], given)
     src_dict.save(out / f"dict.{cfg.src_lang}.txt")
     tgt_dict.save(out / f"dict.{cfg.tgt_lang}.txt")
     splits_meta = {
@@ -156,25 +162,26 @@ def build_databin(
     }
     remove_spool(out / SPOOL)
 
-    meta = _databin_meta(
-        cfg, key, infos, segmenters, models, trained_on, (src_dict, tgt_dict), splits_meta
-    )
+    vocab = vocab_meta(cfg, (src_dict, tgt_dict), checksums)
+    meta = _databin_meta(cfg, key, infos, segmenters, models, trained_on, vocab, splits_meta)
     meta["build_seconds"] = round(time.perf_counter() - start, 3)
     _write_meta(out / META_FILE, meta)
     return meta
 
 
 def _check_inputs(
+    cfg: DataConfig,
     paths: Mapping[tuple[str, str], Path],
     sha: Mapping[tuple[str, str], str],
     roles: tuple[str, ...],
     progress: bool,
 ) -> dict[str, tuple[TextInfo, TextInfo]]:
-    """Step 1a: check every split's two files (UTF-8, checksum, stray carriage returns) and
-    that the two sides have as many lines."""
+    """Step 1a: check every split's two files (UTF-8, checksum, stray carriage returns), that
+    neither is without text and that the two sides have as many lines."""
     infos: dict[str, tuple[TextInfo, TextInfo]] = {}
     for role in roles:
         s_info, t_info = (_scan(paths[role, side], sha[role, side], progress) for side in SIDES)
+        require_text(cfg, role, (s_info, t_info))  # first: a 0-line file says more than a count
         check_same_length(s_info, t_info)
         infos[role] = (s_info, t_info)
     return infos
@@ -192,6 +199,19 @@ def _pair_filters(cfg: DataConfig, roles: tuple[str, ...]) -> dict[str, PairFilt
         )
         for role in roles
     }
+
+
+def _require_pairs(
+    cfg: DataConfig,
+    paths: Mapping[tuple[str, str], Path],
+    infos: Mapping[str, tuple[TextInfo, TextInfo]],
+    filters: Mapping[str, PairFilter],
+    kept: Mapping[str, int],
+) -> None:
+    """Refuse a split with no pair left (`kept` pairs per split; see `split_checks`)."""
+    for role, n in kept.items():
+        files = (paths[role, "src"], paths[role, "tgt"])
+        require_pairs(cfg, role, files, len(infos[role][0]), n, filters[role].skipped)
 
 
 def _segment_splits(
@@ -272,7 +292,7 @@ def _databin_meta(
     segmenters: Mapping[str, Segmenter],
     models: dict[str, str],
     trained_on: dict[str, int],
-    dicts: tuple[Dictionary, Dictionary],
+    vocab: dict,
     splits_meta: dict[str, dict],
 ) -> dict:
     """meta.json's content, build_seconds aside: the settings, the inputs and the splits."""
@@ -294,7 +314,7 @@ def _databin_meta(
             },
             "trained_on": trained_on,
         },
-        "vocab": {**asdict(cfg.vocab), "src_size": len(dicts[0]), "tgt_size": len(dicts[1])},
+        "vocab": vocab,
         "max_positions": settings["max_positions"],
         "train_invalid": settings["train_invalid"],
         "eval_overlong": settings["eval_overlong"],
@@ -395,57 +415,3 @@ def _pieces(seg: Segmenter) -> list[str]:
     if seg.model is None:
         return []
     return [seg.model.id_to_piece(i) for i in range(seg.model.get_piece_size())]
-
-
-def _build_dicts(
-    cfg: DataConfig, src_table: SymbolTable, tgt_table: SymbolTable
-) -> tuple[Dictionary, Dictionary]:
-    """Dictionaries from the kept train tokens' counts: one joined or one per side."""
-    v = cfg.vocab
-
-    def build(*counts: dict[str, int]) -> Dictionary:
-        d = Dictionary()
-        total: Counter = Counter()
-        for c in counts:
-            total.update(c)
-        d.add_counts(total)
-        d.finalize(threshold=v.threshold, nwords=v.nwords, padding_factor=v.padding_factor)
-        return d
-
-    if v.joined:
-        d = build(src_table.counted(), tgt_table.counted())
-        return d, d
-    return build(src_table.counted()), build(tgt_table.counted())
-
-
-# -- reporting ----------------------------------------------------------------------------------
-def format_summary(path: Path, meta: dict) -> str:
-    """A short table: sentences, tokens, unk % and skipped pairs per split."""
-    src, tgt = meta["src_lang"], meta["tgt_lang"]
-    lines = [
-        f"data-bin {meta['name']} {src}->{tgt}: {path} (built in {meta['build_seconds']:.1f} s)",
-        f"  {'split':<6}{'sentences':>10}{src + ' tok':>12}{tgt + ' tok':>12}"
-        f"{src + ' unk%':>10}{tgt + ' unk%':>10}  skipped",
-    ]
-    for role, info in meta["splits"].items():
-        skipped = sum(info["skipped"].values())
-        reasons = ", ".join(f"{k} {n}" for k, n in info["skipped"].items())
-        lines.append(
-            f"  {role:<6}{info['sentences']:>10}{info['src']['tokens']:>12}{info['tgt']['tokens']:>12}"
-            f"{100 * info['src']['unk_rate']:>10.2f}{100 * info['tgt']['unk_rate']:>10.2f}  "
-            f"{skipped}" + (f" ({reasons})" if reasons else "")
-        )
-    vocab, sub = meta["vocab"], meta["subword"]
-    seg = (
-        "whitespace tokens"
-        if sub["type"] == "none"
-        else (
-            f"sentencepiece {sub['type']} {'joint' if sub['joint'] else 'per language'}, pieces "
-            + ", ".join(f"{k} {n}" for k, n in sub["pieces"].items())
-        )
-    )
-    joined = " (joined)" if vocab["joined"] else ""
-    lines.append(
-        f"  dictionaries: {src} {vocab['src_size']}, {tgt} {vocab['tgt_size']} symbols{joined}; {seg}"
-    )
-    return "\n".join(lines)

@@ -53,6 +53,13 @@ class DataConfig:
     generator_seed: int = 1  # seed of the generator (same seed -> same bytes)
     subword: SubwordConfig = field(default_factory=SubwordConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
+    # fairseq dictionaries to keep (fairseq-preprocess's --srcdict / --tgtdict): paths of
+    # dict.<lang>.txt files ("<symbol> <count>" lines), relative to the current folder. Used as
+    # written: vocab.threshold, nwords and padding_factor do not apply, and a word missing from
+    # it becomes <unk>. With vocab.joined=true one file serves both sides (give src_dict, or both
+    # the same file). null = build the side's dictionary from train. Part of the data-bin key.
+    src_dict: str | None = None
+    tgt_dict: str | None = None
     # Longest sentence kept, in tokens after segmentation, EOS included (fairseq's usable 1022).
     max_positions: int = 1022
     # Train pairs that are empty after stripping or longer than max_positions: skip (and count) or error.

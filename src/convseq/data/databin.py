@@ -195,6 +195,23 @@ class DataBin:
         for name in self.meta["splits"]:
             self.split(name)
 
+    def describe_split(self, name: str) -> str:
+        """Where split `name` comes from, for messages: its data-bin files, its input files and
+        what preprocessing kept of them, e.g. `data-bin split /c/valid.de-en (from /d/valid.de,
+        /d/valid.en: 0 input lines, 0 pairs kept, skipped: none)`."""
+        info = self._split_meta(name)
+        inputs = self.meta.get("inputs", {})
+        files = [
+            inputs.get(f"{name}.{lang}", {}).get("path") for lang in (self.src_lang, self.tgt_lang)
+        ]
+        skipped = ", ".join(f"{k} {n}" for k, n in info.get("skipped", {}).items()) or "none"
+        prefix = self.path / split_prefix(name, self.src_lang, self.tgt_lang)
+        return (
+            f"data-bin split {prefix} (from {', '.join(str(f) for f in files if f)}: "
+            f"{info.get('input_lines', '?')} input lines, {info['sentences']} pairs kept, "
+            f"skipped: {skipped})"
+        )
+
     def _split_meta(self, name: str) -> dict:
         splits = self.meta["splits"]
         if name not in splits:

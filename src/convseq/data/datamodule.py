@@ -231,6 +231,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 overlong="skip" if train else self.data_cfg.eval_overlong,
                 name=split,
                 order=self.order,
+                source=self.databin.describe_split(split),
             )
             self.num_filtered[split] = sampler.num_filtered
             if sampler.num_filtered:

@@ -31,7 +31,6 @@ from convseq.common.plain import to_plain
 from convseq.data.binarize import (
     build_databin,
     content_settings,
-    format_summary,
     input_id,
     split_inputs,
     split_roles,
@@ -40,7 +39,9 @@ from convseq.data.config import DataConfig
 from convseq.data.databin import META_FILE, SPLITS, DataBin
 from convseq.data.encode import WORKER_ENV
 from convseq.data.subword import SUBWORD_TYPES
+from convseq.data.summary import format_summary
 from convseq.data.textio import PairFilter, file_sha256_and_newlines
+from convseq.data.vocab import given_checksums
 from convseq.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,7 @@ def _locate(data_cfg, cache_dir: str):
         checksums[input_id(cfg, role, side)], newlines = file_sha256_and_newlines(p)
         if role == "train":
             train_lines[side] = newlines + 1  # a last line without \n counts too
+    checksums.update(given_checksums(cfg))  # given dictionaries are inputs too (none: no entry)
     key = databin_key(cfg, checksums, train_lines)
     root = Path(cache_dir).expanduser().absolute() / "databin"
     final = root / f"{cfg.name}-{cfg.src_lang}-{cfg.tgt_lang}-{key[:12]}"

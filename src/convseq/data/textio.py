@@ -85,6 +85,7 @@ class TextInfo:
     num_lines: int
     crlf: bool = False  # the file had CRLF line endings (normalised away)
     newlines: int = 0  # `\\n` bytes: what `file_sha256_and_newlines` counts without decoding
+    has_text: bool = False  # some line holds more than whitespace (an empty split has none)
 
     def __len__(self) -> int:
         return self.num_lines
@@ -127,7 +128,7 @@ class TextStream:
         """Decoded blocks of whole lines (BOM dropped, CRLF normalised) and their line counts."""
         digest = hashlib.sha256()
         num_bytes = num_lines = newlines = 0
-        crlf = False
+        crlf = has_text = False
         stray_cr: int | None = None  # line of the first stray \r, reported at the end
         pending = b""  # the unfinished last line of the bytes read so far
         first = True
@@ -159,6 +160,8 @@ class TextStream:
                         text = text.replace("\r\n", "\n")
                     if stray_cr is None and "\r" in text:
                         stray_cr = num_lines + text.count("\n", 0, text.index("\r")) + 1
+                # str.strip() removes what TextStream strips from each line (Unicode spaces too)
+                has_text = has_text or bool(text.strip())
                 n_newlines = text.count("\n")
                 n = n_newlines + (1 if text and not text.endswith("\n") else 0)
                 newlines += n_newlines
@@ -176,7 +179,7 @@ class TextStream:
         sha = digest.hexdigest()
         if self.expect_sha256 is not None and sha != self.expect_sha256:
             raise DataError("file changed while preprocessing; run again", path=str(self.path))
-        self.info = TextInfo(self.path, sha, num_bytes, num_lines, crlf, newlines)
+        self.info = TextInfo(self.path, sha, num_bytes, num_lines, crlf, newlines, has_text)
 
     def lines(self) -> Iterator[str]:
         """The lines one by one."""
