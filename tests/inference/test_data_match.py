@@ -21,7 +21,7 @@ from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
 from convseq.errors import CheckpointError
-from convseq.inference.data_match import check_given_data
+from convseq.inference.data_match import TrainedOn, check_given_data, data_to_translate
 from convseq.inference.errors import DataMismatchError
 from convseq.inference.generation import translate_split
 from convseq.inference.translator import Translator
@@ -120,3 +120,13 @@ def test_data_differences_compare_only_what_decides_the_ids():
     text = {"src_spm": b"a", "tgt_spm": None}
     assert segmentation_differs(text, {"src_spm": b"b", "tgt_spm": None}) == ["source"]
     assert segmentation_differs(text, None) == []
+
+
+def test_a_generated_corpus_whose_folder_is_gone_is_generated_in_this_cache(tmp_path):
+    recorded = {"name": "toy", "dir": "/no/such/cache/corpora/toy-seed1", "generator": "toy"}
+    model = TrainedOn(("a.ckpt",), {**recorded, "src_lang": "src", "tgt_lang": "tgt"}, None)
+    data = data_to_translate(model, None, tmp_path / "cache")
+    assert data["dir"] == str(tmp_path / "cache" / "corpora" / "toy-seed1")
+    without = TrainedOn(model.checkpoints, {**model.data, "generator": None}, None)
+    with pytest.raises(DataMismatchError, match="/no/such/cache/corpora/toy-seed1, a folder"):
+        data_to_translate(without, None, tmp_path / "cache")
