@@ -38,8 +38,8 @@ def require_text(cfg: DataConfig, role: str, infos: tuple[TextInfo, TextInfo]) -
     files = " and ".join(f"{info.path} ({len(info)} lines)" for info in empty)
     verb = "holds" if len(empty) == 1 else "hold"
     raise DataError(
-        f"the {role} split is empty: {files} {verb} no text, only empty or whitespace-only lines; "
-        f"every split needs at least one sentence pair: fill the file, or point "
+        f"the {role} split is empty: {files} {verb} no text (no line but empty or whitespace-only "
+        f"ones); every split needs at least one sentence pair: fill the file(s), or point "
         f"{split_key(cfg, role)} at the right files (data.dir={cfg.dir})"
     )
 
