@@ -126,6 +126,8 @@ ADDED_SINCE_PRE_LAYOUT = {
     ("convseq", "skipped_updates"),  # updates skipped for a non-finite gradient
     ("datamodule_hyper_parameters", "data", "test_sets"),  # extra test sets
     ("datamodule_hyper_parameters", "data", "workers"),  # preprocessing worker processes
+    ("datamodule_hyper_parameters", "data", "src_dict"),  # a given fairseq dictionary (or None)
+    ("datamodule_hyper_parameters", "data", "tgt_dict"),
 }
 
 
