@@ -176,7 +176,7 @@ def test_a_bad_dictionary_file_is_refused_with_file_and_line(tmp_path, key, cont
     assert not list((cache / "databin").glob("given-*"))
 
 
-def test_training_runs_on_a_given_dictionary(tiny_data, tmp_path, one_thread):
+def test_training_runs_on_a_given_dictionary(tiny_data, tmp_path, one_thread, monkeypatch):
     from convseq.tasks.train import train  # imported late: training pulls in Lightning
 
     counts = Counter((tiny_data["corpus"] / "train.src").read_text(encoding="utf-8").split())
@@ -184,7 +184,10 @@ def test_training_runs_on_a_given_dictionary(tiny_data, tmp_path, one_thread):
     given = write_dict(tmp_path / "dict.src.txt", "".join(f"{w} {counts[w]}\n" for w in kept))
     tiny = {"corpus": tiny_data["corpus"], "cache": tmp_path / "cache"}
     out = tmp_path / "run"
-    train(tiny_config(tiny, out, f"data.src_dict={given}", "max_update=4", "final_test=false"))
+    monkeypatch.chdir(tmp_path)  # given relative to the working folder, as on a command line
+    train(tiny_config(tiny, out, "data.src_dict=dict.src.txt", "max_update=4", "final_test=false"))
     ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 4
     assert ckpt["hyper_parameters"]["src_vocab"] == [*SPECIAL_SYMBOLS, *kept]
+    # the run records the file by its absolute path: generation from another folder finds it
+    assert ckpt["datamodule_hyper_parameters"]["data"]["src_dict"] == given

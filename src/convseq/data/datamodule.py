@@ -27,6 +27,7 @@ from convseq.data.config import BatchingConfig
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.data.preprocess import as_data_config, prepare_databin
+from convseq.data.vocab import with_absolute_dict_paths
 from convseq.errors import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -93,6 +94,8 @@ class TranslationDataModule(pl.LightningDataModule):
     ):
         super().__init__()
         data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
+        if isinstance(data, Mapping):  # the record names given dictionaries from any folder
+            data = with_absolute_dict_paths(data)
         if isinstance(batching, BatchingConfig):
             batching = asdict(batching)
         self.save_hyperparameters(ignore=["databin"])

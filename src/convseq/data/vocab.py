@@ -12,8 +12,10 @@ different dictionary makes a different data-bin, and a corpus without one keeps 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from convseq.data.config import DataConfig
 from convseq.data.dictionary import Dictionary
@@ -47,6 +49,17 @@ def given_paths(cfg: DataConfig) -> dict[str, Path]:
         )
     one = next(iter(paths.values()))
     return {side: one for side in SIDES}
+
+
+def with_absolute_dict_paths(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain data config whose given dictionaries are absolute paths, as `data.dir` is: what a
+    run records, so that a checkpoint's data settings still name the files from another folder."""
+    out = dict(data)
+    for side in SIDES:
+        key = checksum_id(side)
+        if out.get(key):
+            out[key] = str(Path(str(out[key])).expanduser().absolute())
+    return out
 
 
 def given_checksums(cfg: DataConfig) -> dict[str, str]:
