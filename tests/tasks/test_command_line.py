@@ -139,6 +139,11 @@ def test_a_checkpoint_task_without_data_on_its_command_line_gets_none(monkeypatc
     assert _dispatch_under(monkeypatch, ["gen.beam=2"], "interactive")["data"] is None
     given = _dispatch_under(monkeypatch, ["data=multi30k"], "generate")["data"]
     assert given["name"] == "multi30k"
+    moved = _dispatch_under(
+        monkeypatch, ["data.dir=/corpora/m30k", "+data.test_sets.a=b"], "generate"
+    )
+    assert moved["data"] is None  # the checkpoint's data, with the keys the user set on it
+    assert moved["data_overrides"] == {"dir": "/corpora/m30k", "test_sets": {"a": "b"}}
     assert _dispatch_under(monkeypatch, ["gen.beam=2"], "train")["data"]["name"] == "toy"
     # a Python caller (no Hydra run) passes the config as it is
     assert _dispatch_under(monkeypatch, None, "generate")["data"]["name"] == "toy"

@@ -78,7 +78,7 @@ def test_a_checkpoint_whose_corpus_folder_is_gone_names_it_and_data_dir(
     with pytest.raises(DataMismatchError) as e:
         run_generate(cfg)
     assert str(gone) in str(e.value) and "not on this machine" in str(e.value)
-    assert "data=toy data.dir=FOLDER" in str(e.value)
+    assert "data.dir=FOLDER" in str(e.value)
 
 
 def test_a_checkpoint_without_a_data_record_asks_for_data_but_translates_a_file(
@@ -173,3 +173,21 @@ def test_a_generate_run_raises_no_predict_returned_none_warning(
         run_generate(generate_config(tiny_data, tmp_path, f"ckpt={tiny_ckpt}"))
     messages = [str(w.message) for w in caught]
     assert not [m for m in messages if "returned None" in m], messages
+
+
+def test_data_dir_alone_points_the_checkpoints_own_data_at_its_corpus_here(
+    tiny_data, tiny_ckpt, tmp_path, one_thread
+):
+    """`task=generate ckpt=... data.dir=FOLDER` (no data=NAME): the checkpoint's data settings,
+    read from where the corpus is on this machine; other keys set that way are checked."""
+
+    def move(ckpt):
+        ckpt[DATA_HPARAMS]["data"]["dir"] = str(tmp_path / "gone")
+
+    moved = edited_checkpoint(tiny_ckpt, tmp_path / "moved.ckpt", move)
+    cfg = not_given(generate_config(tiny_data, tmp_path / "out", f"ckpt={moved}"))
+    out = run_generate({**cfg, "data_overrides": {"dir": str(tiny_data["corpus"])}})
+    assert out["sentences"] == 40
+    wrong = {**cfg, "data_overrides": {"dir": str(tiny_data["corpus"]), "src_lang": "tgt"}}
+    with pytest.raises(DataMismatchError, match="src->tgt"):
+        run_generate(wrong)

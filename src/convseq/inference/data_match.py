@@ -133,7 +133,10 @@ def check_given_data(model: TrainedOn, data: Mapping[str, Any]) -> None:
 
 
 def data_to_translate(
-    model: TrainedOn, given: Mapping[str, Any] | None, cache_dir: str | Path
+    model: TrainedOn,
+    given: Mapping[str, Any] | None,
+    cache_dir: str | Path,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The data config whose split generation translates.
 
@@ -142,11 +145,16 @@ def data_to_translate(
         given: the user's data config, or None when the user gave none (the checkpoint's).
         cache_dir: the cache of this run (``paths.cache_dir``): a generated corpus (the toy
             one) whose recorded folder is gone is generated there again.
+        overrides: with `given` None, keys the user set on the checkpoint's data (nested, e.g.
+            ``{"dir": "/corpora/multi30k"}`` from ``data.dir=...``): the result is checked as
+            given data.
 
     Raises:
         DataMismatchError: the given data does not match (`check_given_data`); or none was given
             and the checkpoint records none, or its corpus folder is not on this machine.
     """
+    if given is None and overrides and model.data is not None:
+        given = merged(model.data, overrides)
     if given is not None:
         check_given_data(model, given)
         return dict(given)
@@ -163,12 +171,22 @@ def data_to_translate(
     if data.get("generator"):  # same seed, same bytes: generate it again in this cache
         data["dir"] = str(Path(cache_dir).expanduser().absolute() / "corpora" / corpus.name)
         return data
-    name = data.get("name", "NAME")
     raise DataMismatchError(
         f"{model.name} was trained on {model.describe()} from {corpus}, a folder that is not on "
-        f"this machine: give the corpus folder with data={name} data.dir=FOLDER (the data "
-        f"settings it was trained with, and where the corpus is here); {OTHER_TEXT}"
+        "this machine: give where that corpus is here with data.dir=FOLDER (the checkpoint's "
+        f"other data settings are kept); {OTHER_TEXT}"
     )
+
+
+def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s values put in, nested mappings merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def check_databin(

@@ -38,12 +38,42 @@ def task_function(task: str) -> Callable[[dict[str, Any]], Any]:
     return getattr(module, f"run_{task}")
 
 
+def _checkpoint_data(plain: dict[str, Any], overrides: list) -> None:
+    """A checkpoint task takes its checkpoint's data unless the command line chooses a data
+    option (`data=NAME`) or an experiment: then `data` is None, and the `data.KEY=...` keys it
+    sets (e.g. `data.dir=` where the corpus is on this machine) go to `data_overrides`."""
+    if gives(overrides, "experiment") or any(o.key_or_group == "data" for o in overrides):
+        return
+    keys = [o.key_or_group[5:] for o in overrides if gives([o], "data") and not o.is_delete()]
+    data, plain["data"] = plain["data"], None
+    if keys:
+        plain["data_overrides"] = nested({k: _select(data, k) for k in keys})
+
+
+def _select(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree[part]
+    return tree
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """`{"a.b": 1}` -> `{"a": {"b": 1}}`."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
 def dispatch(cfg: DictConfig | dict) -> Any:
     """Run `cfg.task`; a ConvseqError (bad input) is printed as one clear line, exit status 2.
 
     Every key must be one the schema knows (`convseq.tasks.config_check`), whether it came with
-    a `+` or not. Under Hydra, a task of `CHECKPOINT_TASKS` whose command line gives no data
-    settings receives `data: None` (the checkpoint's are used).
+    a `+` or not. Under Hydra, a task of `CHECKPOINT_TASKS` whose command line chooses no data
+    option receives `data: None` (the checkpoint's are used; `_checkpoint_data`).
     """
     try:
         check_keys(cfg)
@@ -55,8 +85,7 @@ def dispatch(cfg: DictConfig | dict) -> Any:
             )
         overrides = given_overrides()
         if task in CHECKPOINT_TASKS and overrides is not None:
-            if not gives(overrides, "data", "experiment"):
-                plain["data"] = None
+            _checkpoint_data(plain, overrides)
         function = task_function(task)
         return function(plain)
     except ConvseqError as e:

@@ -235,9 +235,10 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
             "scored against the data-bin's reference text"
         )
     translator = load_translator(cfg, databin=None)
-    given = cfg.get("data")
     cache_dir = cfg["paths"]["cache_dir"]
-    data = data_to_translate(translator.trained_on, given, cache_dir)
+    overrides = cfg.get("data_overrides")  # data.KEY=... given without data=NAME
+    data = data_to_translate(translator.trained_on, cfg.get("data"), cache_dir, overrides)
+    given = data if cfg.get("data") is not None or overrides else None
     databin = DataBin(prepare_databin(data, cache_dir))
     if split not in databin.scored_splits():
         raise DataError(
