@@ -17,8 +17,8 @@ For each size N (`--sizes 100k,1M,3M`) a train split of N sentence pairs is made
    from just before the process is spawned to the end of the first update (interpreter start,
    imports, finding the data-bin by hashing its inputs, model, Trainer, batch plan, first batch).
 
-The corpus: Multi30k's real train pairs (../shared/data/multi30k) sampled with replacement, with
-a fixed seed. The toy grammar was the alternative; it was rejected because what dominates these
+The corpus: Multi30k's real train pairs (<data root>/multi30k: $CONVSEQ_DATA_ROOT, else
+../shared/data) sampled with replacement, with a fixed seed. The toy grammar was the alternative; it was rejected because what dominates these
 figures is the recipe's subword pipeline, and the toy corpus has none (`subword.type=none`, a
 whitespace vocabulary from a fixed lexicon, lengths 3-30 from a synthetic grammar). Sampling real
 sentences keeps the real length distribution (German/English captions, ~13 words) and runs the
@@ -60,7 +60,11 @@ from omegaconf import OmegaConf
 from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+# the data root as conf/paths/default.yaml reads it, else ../shared/data beside the project
+MULTI30K = (
+    Path(os.environ.get("CONVSEQ_DATA_ROOT") or ROOT.parent / "shared" / "data").absolute()
+    / "multi30k"
+)
 MARK = "BENCH_SCALE_RESULT "  # prefix of the one stdout line a child reports through
 CORPUS_VERSION = 1  # bump when the sampling changes what a (seed, N) produces
 MiB = 1 << 20

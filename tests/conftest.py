@@ -1,7 +1,9 @@
-"""Shared test fixtures: composing the real conf/ tree, and a temporary cache for data-bins."""
+"""Shared test fixtures: composing the real conf/ tree, a temporary cache for data-bins, and
+where the real corpora are (``$CONVSEQ_DATA_ROOT``, as the code reads it)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,45 @@ from tests.training_utils import one_thread, tiny_data  # noqa: F401  (training 
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+SHARED_DATA = ROOT.parent / "shared" / "data"  # where the corpora are when nothing says otherwise
+
+
+def data_root() -> Path:
+    """The folder that holds the real corpora, found as conf/paths/default.yaml finds it.
+
+    ``$CONVSEQ_DATA_ROOT`` when set (a relative path counts from the working folder, as in the
+    config); else ../shared/data beside the project, where the tests have always looked (the
+    config's own fallback, ./data, holds no corpus in a fresh clone).
+    """
+    env = os.environ.get("CONVSEQ_DATA_ROOT")
+    if env:
+        return Path(os.path.expanduser(env)).absolute()
+    return SHARED_DATA
+
+
+def multi30k_dir() -> Path:
+    """``<data root>/multi30k``: see `data_root`."""
+    return data_root() / "multi30k"
+
+
+def missing_multi30k(*names: str) -> str | None:
+    """Why the Multi30k tests cannot run, naming where they looked; None when the corpus is there.
+
+    Args:
+        names: files the test reads, relative to multi30k/ (default: train.de).
+    """
+    corpus = multi30k_dir()
+    missing = [n for n in names or ("train.de",) if not (corpus / n).is_file()]
+    if not missing:
+        return None
+    if os.environ.get("CONVSEQ_DATA_ROOT"):
+        source = "from $CONVSEQ_DATA_ROOT"
+    else:
+        source = "CONVSEQ_DATA_ROOT is unset: ../shared/data beside the project"
+    return (
+        f"Multi30k not found: no {', '.join(missing)} in {corpus} ({source}); "
+        "set CONVSEQ_DATA_ROOT to the folder that holds multi30k/"
+    )
 
 
 def compose_config(overrides: list[str] | None = None, output_dir: str | None = None):
@@ -27,6 +67,29 @@ def compose_config(overrides: list[str] | None = None, output_dir: str | None = 
     return cfg
 
 
+# what an experiment tracker's logger writes into a run folder: TensorBoard's event files and the
+# hparams.yaml beside them (Lightning adds that logger only where tensorboard is installed)
+TRACKER_FILES = ("events.out.tfevents.", "hparams.yaml")
+
+
+def _tracker_folder(path: Path) -> bool:
+    """Whether `path` is a folder that only an experiment tracker wrote (non-empty, its files all
+    TensorBoard's)."""
+    if not path.is_dir():
+        return False
+    files = [q for q in path.rglob("*") if q.is_file()]
+    return bool(files) and all(q.name.startswith(TRACKER_FILES) for q in files)
+
+
+def run_folder_names(folder: Path) -> list[str]:
+    """The sorted names in a run folder, leaving out an experiment tracker's folder.
+
+    Which optional packages are installed must not decide a test: with tensorboard installed,
+    Lightning's TensorBoard logger adds a folder of event files beside convseq's own files.
+    """
+    return sorted(p.name for p in folder.iterdir() if not _tracker_folder(p))
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
     """A fresh cache folder, also exported as $CONVSEQ_CACHE for configs and subprocesses."""
@@ -38,7 +101,9 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture
 def shared_data() -> Path:
-    """../shared/data beside the project; tests that need it skip cleanly when it is absent."""
-    if not (SHARED_DATA / "multi30k" / "train.de").is_file():
-        pytest.skip(f"shared corpus not found at {SHARED_DATA}")
-    return SHARED_DATA
+    """The data root holding multi30k/ (`data_root`); tests that need it skip cleanly, naming
+    where they looked, when it is absent."""
+    reason = missing_multi30k()
+    if reason is not None:
+        pytest.skip(reason)
+    return data_root()

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import missing_multi30k
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "bench_scale.py"
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 sys.path.insert(0, str(ROOT / "bench"))
 from machine import machine, machine_line  # noqa: E402
@@ -22,8 +23,9 @@ from machine import machine, machine_line  # noqa: E402
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory) -> dict[str, Any]:
-    if not (MULTI30K / "train.de").is_file():
-        pytest.skip(f"Multi30k not found at {MULTI30K}")
+    reason = missing_multi30k()  # the benchmark reads the same folder ($CONVSEQ_DATA_ROOT)
+    if reason is not None:
+        pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("bench_scale")
     out_json, out_png = tmp / "scale.json", tmp / "scale.png"
     # A private cache: nothing the benchmark composes lands in the user's ~/.cache/convseq.

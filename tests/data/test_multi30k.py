@@ -1,4 +1,5 @@
-"""Preprocess the real Multi30k corpus (../shared/data/multi30k) and check it against its README.
+"""Preprocess the real Multi30k corpus (<data root>/multi30k: $CONVSEQ_DATA_ROOT, else
+../shared/data) and check it against its README.
 
 The README gives 29,000 / 1,014 / 1,000 pairs; conf/data/multi30k.yaml drops the two train pairs
 whose German side is only "@@" (train.de lines 16510 and 16664), so train keeps 28,998.
@@ -14,14 +15,12 @@ from omegaconf import OmegaConf
 
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import ensure_databin
+from tests.conftest import missing_multi30k, multi30k_dir
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-CORPUS = DATA / "multi30k"
+CORPUS = multi30k_dir()
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data" / "multi30k.yaml"
 
-pytestmark = pytest.mark.skipif(
-    not (CORPUS / "train.de").is_file(), reason=f"Multi30k not found at {CORPUS}"
-)
+pytestmark = pytest.mark.skipif(missing_multi30k() is not None, reason=missing_multi30k() or "")
 
 
 @pytest.fixture(scope="module")

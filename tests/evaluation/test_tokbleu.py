@@ -10,9 +10,9 @@ import sacrebleu
 
 from convseq.errors import DataError
 from convseq.evaluation.tokbleu import MosesPipeline, main, pipeline_matches, score_files, tok_bleu
+from tests.conftest import missing_multi30k, multi30k_dir
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-MULTI30K = DATA / "multi30k"
+MULTI30K = multi30k_dir()
 
 
 # Expected forms written out by hand from the Moses rules (lowercase.perl,
@@ -108,8 +108,9 @@ def test_missing_generate_file_in_run_folder(tmp_path: Path) -> None:
 
 def _multi30k(split: str, lang: str) -> tuple[Path, Path]:
     raw, tok = MULTI30K / f"{split}.{lang}", MULTI30K / "tok" / f"{split}.{lang}"
-    if not (raw.is_file() and tok.is_file()):
-        pytest.skip(f"Multi30k not found under {MULTI30K}")
+    reason = missing_multi30k(f"{split}.{lang}", f"tok/{split}.{lang}")
+    if reason is not None:
+        pytest.skip(reason)
     return raw, tok
 
 
