@@ -26,7 +26,7 @@ import torch
 from convseq.data.databin import DataBin
 from convseq.evaluation.scores import corpus_scores
 from convseq.inference.translator import Translator
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_folder_names
 from tests.training_utils import launch_env
 
 # ~22 updates an epoch per rank: a SIGTERM sent from outside has time to land mid-epoch
@@ -201,7 +201,7 @@ def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["interrupted"] and summary["resumed_from"]
     rank0 = [".hydra", "checkpoints", "csv", "generate-test.txt", "run.log", "summary.json"]
-    assert sorted(p.name for p in out.iterdir()) == sorted([*rank0, "train_ddp_process_1.log"])
+    assert run_folder_names(out) == sorted([*rank0, "train_ddp_process_1.log"])
     assert "GLOBAL_RANK: 1" in (out / "train_ddp_process_1.log").read_text()
     assert list(tmp_path.iterdir()) == [out]  # rank 1 made no folder of its own
     assert printed.count("convseq: 2 epochs") == 1
