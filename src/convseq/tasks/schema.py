@@ -187,7 +187,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     amp: AmpConfig = field(default_factory=AmpConfig)
     ckpt: str | None = None  # a checkpoint to load (generate)
-    resume: Any = False  # false | true (continue paths.output_dir) | a run folder or checkpoint
+    resume: Any = False  # false | true (continue paths.output_dir) | auto (continue it if it can) | a run folder or checkpoint
     max_update: int = 0  # stop after this many updates (0 = no limit; fairseq's --max-update)
     patience: int = -1  # stop after N validations without improvement (-1 = off)
     optimized_metric: str = "valid/loss"  # what train() returns to sweepers (its best value)
