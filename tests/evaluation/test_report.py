@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from convseq.errors import DataError
-from convseq.evaluation.report import REPORT_FILES, find_jobs, split_overrides, write_report
+from convseq.evaluation.report import (
+    REPORT_FILES,
+    find_jobs,
+    load_job,
+    split_overrides,
+    write_report,
+)
 from convseq.tasks.dispatch import dispatch
 from convseq.viz.curves import plot_curves
 from tests.conftest import compose_config
@@ -264,3 +270,12 @@ def test_the_curves_can_be_drawn_by_updates_with_every_validation(tmp_path):
     assert list(draw_curves(curves).axes[0].lines[0].get_xdata()) == [1.0, 2.0]  # by epoch
     with pytest.raises(ValueError, match="x='steps'"):
         draw_curves(curves, x="steps")
+
+
+def test_a_job_cut_by_a_signal_at_an_epochs_end_is_reported_interrupted(tmp_path):
+    history = _history([7.0, 3.5], [0.5, 0.5])
+    cut = {**_summary(history, 10.0, "SIGTERM"), "signal": "SIGTERM", "exit_status": 75}
+    _job(tmp_path, "0", ["optim=nag"], cut)  # not mid-epoch: "interrupted" stays false
+    _job(tmp_path, "1", ["optim=sgd"], _summary(history, 10.0, "max_epochs"))
+    status = {path.name: load_job(path, tmp_path).status for path in find_jobs(tmp_path)}
+    assert status == {"0": "interrupted", "1": "ok"}

@@ -76,7 +76,9 @@ class SweepJob:
     def status(self) -> str:
         if self.summary is None:
             return NO_SUMMARY
-        return INTERRUPTED if self.summary.get("interrupted") else OK
+        # cut by a signal, mid-epoch ("interrupted") or at an epoch's end ("signal" alone)
+        cut = self.summary.get("interrupted") or self.summary.get("signal")
+        return INTERRUPTED if cut else OK
 
 
 def _natural_key(text: str) -> list[Any]:
