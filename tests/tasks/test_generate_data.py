@@ -34,7 +34,7 @@ def no_databin(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a data-bin was prepared")
 
-    monkeypatch.setattr(generate_mod, "prepare_databin", refuse)
+    monkeypatch.setattr(generate_mod, "open_databin", refuse)
 
 
 def not_given(cfg: dict) -> dict:

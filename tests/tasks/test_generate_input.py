@@ -48,7 +48,7 @@ def no_databin(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("gen.input read a data-bin")
 
-    monkeypatch.setattr(generate_mod, "prepare_databin", refuse)
+    monkeypatch.setattr(generate_mod, "open_databin", refuse)
 
 
 def corpus_lines(tiny, name: str, n: int = 12) -> list[str]:

@@ -35,12 +35,24 @@ class VocabConfig:
 
 @dataclass
 class DataConfig:
-    """A parallel corpus: one text file per split and language, `{dir}/{split}.{lang}`."""
+    """A parallel corpus: one text file per split and language, `{dir}/{split}.{lang}`; or,
+    with `format: fairseq`, a folder written by fairseq-preprocess (`path`), read as it is."""
 
     name: str = MISSING  # short name, part of the data-bin key
     dir: str = MISSING  # folder with the text files (absolute after resolution)
-    src_lang: str = MISSING  # file suffix of the source side
-    tgt_lang: str = MISSING  # file suffix of the target side
+    # File suffix of each side. null only with format=fairseq: the pair is then read from the
+    # data-bin's file names, as fairseq does (give both to pick one direction).
+    src_lang: str | None = MISSING
+    tgt_lang: str | None = MISSING
+    # convseq: preprocess the text files of `dir` into convseq's own data-bin (in the cache).
+    # fairseq: read the data-bin fairseq-preprocess wrote into `path` (--dataset-impl mmap);
+    # the split names (train_split, ...) name its files, e.g. valid -> valid.de-en.de.bin.
+    format: str = "convseq"
+    path: str | None = None  # format=fairseq: the fairseq-preprocess --destdir folder
+    # format=fairseq: how the data-bin's subword pieces become text again, for BLEU references
+    # and hypotheses (fairseq's --remove-bpe): none (pieces joined by spaces) | subword_nmt
+    # (drop the "@@ " joiner; "@@ " is the same) | sentencepiece ("▁" marks a word start).
+    remove_bpe: str | None = None
     train_split: str = "train"
     valid_split: str = "valid"
     test_split: str = "test"

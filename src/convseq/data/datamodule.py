@@ -26,7 +26,8 @@ from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.config import BatchingConfig
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
-from convseq.data.preprocess import as_data_config, prepare_databin
+from convseq.data.fairseq_databin import FairseqDataBin, fairseq_record
+from convseq.data.preprocess import as_data_config, open_databin, prepare_databin
 from convseq.data.vocab import with_absolute_dict_paths
 from convseq.errors import DataError
 
@@ -90,12 +91,16 @@ class TranslationDataModule(pl.LightningDataModule):
         max_source_positions: int = 1022,
         max_target_positions: int = 1022,
         predict_split: str = "test",
-        databin: DataBin | None = None,
+        databin: DataBin | FairseqDataBin | None = None,
     ):
         super().__init__()
         data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
         if isinstance(data, Mapping):  # the record names given dictionaries from any folder
             data = with_absolute_dict_paths(data)
+            if data.get("format") == "fairseq":  # and a fairseq data-bin's folder and pair
+                data = fairseq_record(
+                    data, databin if isinstance(databin, FairseqDataBin) else None
+                )
         if isinstance(batching, BatchingConfig):
             batching = asdict(batching)
         self.save_hyperparameters(ignore=["databin"])
@@ -107,7 +112,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.seed = int(seed)
         self.max_positions = (int(max_source_positions), int(max_target_positions))
         self.predict_split = predict_split
-        self.databin: DataBin | None = None
+        self.databin: DataBin | FairseqDataBin | None = None
         self.src_dict = None
         self.tgt_dict = None
         self.num_filtered: dict[str, int] = {}
@@ -130,13 +135,14 @@ class TranslationDataModule(pl.LightningDataModule):
         if self.databin is not None:
             return
         path = self._databin_path
-        if path is None:
+        if path is None or self.data_cfg.format == "fairseq":
             # Another process prepared it; prepare_databin is file-locked and idempotent, so
-            # here it only finds the finished data-bin.
-            path = prepare_databin(self.data_cfg, self.cache_dir, progress=False)
-        self._use(DataBin(path))
+            # here it only finds the finished data-bin (a fairseq one is read where it is).
+            self._use(open_databin(self.data_cfg, self.cache_dir, progress=False))
+        else:
+            self._use(DataBin(path))
 
-    def _use(self, databin: DataBin) -> None:
+    def _use(self, databin: DataBin | FairseqDataBin) -> None:
         self.databin = databin
         self.src_dict, self.tgt_dict = databin.src_dict, databin.tgt_dict
 

@@ -38,7 +38,8 @@ from convseq.data.binarize import (
 from convseq.data.config import DataConfig
 from convseq.data.databin import META_FILE, SPLITS, DataBin
 from convseq.data.encode import WORKER_ENV
-from convseq.data.subword import SUBWORD_TYPES
+from convseq.data.fairseq_databin import FairseqDataBin
+from convseq.data.subword import SUBWORD_TYPES, check_remove_bpe
 from convseq.data.summary import format_summary
 from convseq.data.textio import PairFilter, file_sha256_and_newlines
 from convseq.data.vocab import given_checksums
@@ -47,6 +48,7 @@ from convseq.errors import DataError
 log = logging.getLogger(__name__)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+DATA_FORMATS = ("convseq", "fairseq")  # data.format: convseq's own data-bin | fairseq-preprocess's
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -66,11 +68,25 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), container))
     except OmegaConfBaseException as e:
         raise DataError(f"invalid data config: {e}") from e
+    if cfg.format not in DATA_FORMATS:
+        raise DataError(f"data.format must be one of {DATA_FORMATS}, got {cfg.format!r}")
+    fairseq = cfg.format == "fairseq"
     for key in ("name", "src_lang", "tgt_lang"):
         value = getattr(cfg, key)
-        if not _NAME_RE.fullmatch(value):
+        if value is None and key != "name" and not fairseq:
+            raise DataError(
+                f"data.{key} is null: give the file suffix of that side (null is for "
+                "data.format=fairseq only, which reads the pair from the file names)"
+            )
+        if value is not None and not _NAME_RE.fullmatch(value):
             raise DataError(f"data.{key}={value!r}: use letters, digits and _ . + - only")
-    if cfg.src_lang == cfg.tgt_lang:
+    if fairseq and not cfg.path:
+        raise DataError(
+            "data.format=fairseq reads a folder written by fairseq-preprocess: give it with "
+            "data.path=DIR"
+        )
+    cfg.remove_bpe = check_remove_bpe(cfg.remove_bpe)
+    if cfg.src_lang is not None and cfg.src_lang == cfg.tgt_lang:
         raise DataError(
             f"data.src_lang and data.tgt_lang are both {cfg.src_lang!r}; they must differ"
         )
@@ -149,7 +165,27 @@ def prepare_databin(
     Raises:
         DataError: a missing, malformed or inconsistent input, or an invalid setting.
     """
-    return ensure_databin(data_cfg, cache_dir, progress)[0]
+    cfg = as_data_config(data_cfg)
+    if cfg.format == "fairseq":  # read as it is: nothing to build, only files to check
+        databin = FairseqDataBin.from_config(cfg)
+        databin.check()
+        if progress:
+            print(databin.summary(), flush=True)
+        return databin.path
+    return ensure_databin(cfg, cache_dir, progress)[0]
+
+
+def open_databin(
+    data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str, progress: bool = True
+) -> DataBin | FairseqDataBin:
+    """The data-bin of a data config, ready to read: convseq's own (built or reused by
+    `prepare_databin`) or, with `data.format=fairseq`, fairseq-preprocess's folder, checked."""
+    cfg = as_data_config(data_cfg)
+    if cfg.format == "fairseq":
+        databin = FairseqDataBin.from_config(cfg)
+        databin.check()
+        return databin
+    return DataBin(prepare_databin(cfg, cache_dir, progress))
 
 
 def ensure_databin(

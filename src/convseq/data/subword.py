@@ -24,15 +24,56 @@ import sentencepiece as spm
 from convseq.errors import DataError
 
 SUBWORD_TYPES = ("none", "bpe", "unigram")
+# How pieces of an outside segmentation become text again (fairseq's --remove-bpe values):
+# `data.remove_bpe` of a fairseq data-bin, whose text was segmented before fairseq-preprocess.
+REMOVE_BPE = ("none", "subword_nmt", "@@ ", "sentencepiece")
+SPM_SPACE = "\u2581"  # sentencepiece's word-start mark
 SAMPLE_BLOCK = 1 << 16  # sentences per block of the sampling draw (part of what a seed draws)
 
 
-class Segmenter:
-    """Whitespace segmentation (`model is None`) or a trained sentencepiece model."""
+def check_remove_bpe(value: str | None) -> str | None:
+    """`data.remove_bpe` checked: one of `REMOVE_BPE`, or None (same as "none")."""
+    if value is None or value == "none":
+        return None
+    if value not in REMOVE_BPE:
+        raise DataError(
+            f"data.remove_bpe={value!r}: use one of {', '.join(map(repr, REMOVE_BPE))} (fairseq's "
+            "--remove-bpe values: how the data-bin's subword pieces are joined back into text)"
+        )
+    return value
 
-    def __init__(self, model: spm.SentencePieceProcessor | None = None, num_threads: int = 2):
+
+def undo_segmentation(text: str, how: str | None) -> str:
+    """`text` (pieces joined by spaces) with the subword segmentation `how` undone.
+
+    subword_nmt / "@@ ": a piece ending in "@@" continues into the next one; sentencepiece:
+    spaces go and each word-start mark becomes a space.
+    """
+    if how is None or how == "none":
+        return text
+    if how in ("subword_nmt", "@@ "):
+        return (text + " ").replace("@@ ", "").rstrip()
+    if how == "sentencepiece":
+        return text.replace(" ", "").replace(SPM_SPACE, " ").strip()
+    raise DataError(f"remove_bpe={how!r}: use one of {REMOVE_BPE}")
+
+
+class Segmenter:
+    """Whitespace segmentation (`model is None`) or a trained sentencepiece model.
+
+    `remove_bpe` (whitespace only): the text was segmented before it reached convseq (a fairseq
+    data-bin); `detokenize` undoes it (`undo_segmentation`), `segment` expects it done.
+    """
+
+    def __init__(
+        self,
+        model: spm.SentencePieceProcessor | None = None,
+        num_threads: int = 2,
+        remove_bpe: str | None = None,
+    ):
         self.model = model
         self.num_threads = num_threads
+        self.remove_bpe = check_remove_bpe(remove_bpe)
 
     @classmethod
     def load(cls, path: str | os.PathLike | None) -> Segmenter:
@@ -75,35 +116,46 @@ class Segmenter:
     def detokenize(self, tokens: Sequence[str]) -> str:
         """Text from tokens: pieces are joined back with sentencepiece, words with spaces."""
         if self.model is None:
-            return " ".join(tokens)
+            return undo_segmentation(" ".join(tokens), self.remove_bpe)
         return self.model.decode_pieces(list(tokens))
 
     def __getstate__(self) -> dict:
         # A SentencePieceProcessor is a C++ object: ship its serialized model to worker processes.
-        return {"proto": self.to_proto(), "num_threads": self.num_threads}
+        return {
+            "proto": self.to_proto(),
+            "num_threads": self.num_threads,
+            "remove_bpe": self.remove_bpe,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.num_threads = state["num_threads"]
         self.model = Segmenter.from_proto(state["proto"]).model
+        self.remove_bpe = state.get("remove_bpe")
 
 
 def text_processing(src_lang: str, tgt_lang: str, src: Segmenter, tgt: Segmenter) -> dict:
     """A checkpoint's segmentation entry: languages and serialized sentencepiece models (or None).
 
     Plain values and bytes only, so checkpoints stay loadable with ``weights_only=True``.
+    A segmentation done outside convseq (a fairseq data-bin's) adds ``remove_bpe``.
     """
-    return {
+    entry = {
         "src_lang": src_lang,
         "tgt_lang": tgt_lang,
         "src_spm": src.to_proto(),
         "tgt_spm": tgt.to_proto(),
     }
+    if tgt.remove_bpe is not None:
+        entry["remove_bpe"] = tgt.remove_bpe
+    return entry
 
 
 def segmenters(info: Mapping[str, Any] | None) -> tuple[Segmenter, Segmenter]:
     """(source, target) segmenters of a `text_processing` entry; whitespace when absent."""
     info = info or {}
-    return Segmenter.from_proto(info.get("src_spm")), Segmenter.from_proto(info.get("tgt_spm"))
+    how = info.get("remove_bpe")
+    src, tgt = (Segmenter.from_proto(info.get(key)).model for key in ("src_spm", "tgt_spm"))
+    return Segmenter(src, remove_bpe=how), Segmenter(tgt, remove_bpe=how)
 
 
 def sample_sentences(

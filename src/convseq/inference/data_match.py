@@ -25,6 +25,7 @@ from convseq.checkpoints.data_record import (
 )
 from convseq.data.databin import DataBin
 from convseq.data.dictionary import Dictionary
+from convseq.data.fairseq_databin import FairseqDataBin
 from convseq.errors import CheckpointError
 from convseq.inference.errors import DataMismatchError
 from convseq.inference.loading import LoadedModel
@@ -165,6 +166,15 @@ def data_to_translate(
             "data.dir=FOLDER), or translate a text file with gen.input=FILE"
         )
     data = dict(model.data)
+    if data.get("format") == "fairseq":  # a fairseq-preprocess folder, read where it is
+        folder = Path(str(data.get("path") or "")).expanduser()
+        if data.get("path") and folder.is_dir():
+            return data
+        raise DataMismatchError(
+            f"{model.name} was trained on the fairseq data-bin {folder}, a folder that is not on "
+            "this machine: give where it is here with data.path=FOLDER (the checkpoint's other "
+            f"data settings are kept); {OTHER_TEXT}"
+        )
     corpus = Path(str(data.get("dir", ""))).expanduser()
     if corpus.is_dir():
         return data
@@ -191,7 +201,7 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_databin(
     model: TrainedOn,
-    databin: DataBin,
+    databin: DataBin | FairseqDataBin,
     dicts: tuple[Dictionary, Dictionary],
     given: bool,
 ) -> None:
@@ -220,6 +230,10 @@ def check_databin(
     why += [
         f"the {side} sentencepiece model" for side in segmentation_differs(model.text, segmentation)
     ]
+    if model.text is not None and segmentation is not None:  # a fairseq data-bin's joiner
+        mine, theirs = model.text.get("remove_bpe"), segmentation.get("remove_bpe")
+        if mine != theirs:
+            why.append(f"data.remove_bpe: {mine!r} vs {theirs!r}")
     if not why:
         return
     fix = (

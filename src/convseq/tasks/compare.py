@@ -33,8 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from convseq.data.databin import DataBin
-from convseq.data.preprocess import prepare_databin
+from convseq.data.preprocess import open_databin
 from convseq.errors import DataError
 from convseq.evaluation.bootstrap import (
     ALPHA,
@@ -60,7 +59,7 @@ def _references(cfg: Mapping[str, Any], split: str) -> tuple[list[str], str]:
                 path=str(refs),
             )
         return lines, str(refs)
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])
     return databin.text(split, "tgt"), f"{databin.path} ({split} references)"
 
 

@@ -22,7 +22,9 @@ file stem):
   (`convseq.viz.time_breakdown`).
 
 BLEU compares the detokenised hypotheses with the split's raw reference file (`DataBin.text`),
-never with references rebuilt from the binarised data.
+never with references rebuilt from the binarised data. A fairseq data-bin (``data.format=
+fairseq``) keeps no text: its references are the target ids joined back with ``data.remove_bpe``,
+or the lines of ``gen.reference=FILE`` (line i translates sentence i of the split).
 
 The data comes from the checkpoint (the ``data`` config it was trained on, kept in convseq's
 checkpoints) unless ``data`` is given; data given is checked against the checkpoint's (language
@@ -57,8 +59,9 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
-from convseq.data.databin import TEXT_SPLITS, DataBin
-from convseq.data.preprocess import prepare_databin
+from convseq.data.databin import TEXT_SPLITS
+from convseq.data.fairseq_databin import FairseqDataBin
+from convseq.data.preprocess import open_databin
 from convseq.data.textio import TextFile, read_text_file
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
@@ -229,17 +232,14 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
             f"gen.split={split!r}: BLEU needs the split's reference text, kept for "
             f"{TEXT_SPLITS} and the extra test sets (data.test_sets)"
         )
-    if gen.get("reference"):
-        raise DataError(
-            f"gen.reference={gen['reference']!r} is read only with gen.input=FILE; a split is "
-            "scored against the data-bin's reference text"
-        )
+    # read first: a wrong path fails before the checkpoint is loaded
+    reference = read_input(gen["reference"], "gen.reference") if gen.get("reference") else None
     translator = load_translator(cfg, databin=None)
     cache_dir = cfg["paths"]["cache_dir"]
     overrides = cfg.get("data_overrides")  # data.KEY=... given without data=NAME
     data = data_to_translate(translator.trained_on, cfg.get("data"), cache_dir, overrides)
     given = data if cfg.get("data") is not None or overrides else None
-    databin = DataBin(prepare_databin(data, cache_dir))
+    databin = open_databin(data, cache_dir)
     if split not in databin.scored_splits():
         raise DataError(
             f"gen.split={split!r}: this data-bin's scored splits are {databin.scored_splits()} "
@@ -249,9 +249,37 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
     dicts = (translator.src_dict, translator.tgt_dict)
     check_databin(translator.trained_on, databin, dicts, given=given is not None)
     adopt_segmentation(translator, databin)
-    refs = list(databin.text(split, "tgt"))
+    refs = (
+        list(databin.text(split, "tgt"))
+        if reference is None
+        else split_reference(reference, databin, split, gen["reference"])
+    )
     batches = split_batches(translator, databin, split, gen)
-    return Job(split, translator, batches, len(refs), refs, about={"split": split})
+    about = (
+        {"split": split}
+        if reference is None
+        else {"split": split, "reference": str(reference.path)}
+    )
+    return Job(split, translator, batches, len(refs), refs, about=about)
+
+
+def split_reference(reference: TextFile, databin: Any, split: str, given: Any) -> list[str]:
+    """``gen.reference``'s lines as the references of a fairseq data-bin's split (which holds
+    ids only); convseq's own data-bin is scored against the text it kept, and refuses one."""
+    if not isinstance(databin, FairseqDataBin):
+        raise DataError(
+            f"gen.reference={given!r} is read only with gen.input=FILE or a fairseq data-bin "
+            "(data.format=fairseq); a split of convseq's data-bin is scored against the "
+            "reference text it kept"
+        )
+    n = len(databin.split(split)[1])
+    if len(reference) != n:
+        raise DataError(
+            f"gen.reference has {len(reference)} lines but {databin.describe_split(split)} has "
+            f"{n} sentences; line i of the reference must translate sentence i of the split",
+            path=str(reference.path),
+        )
+    return list(reference.lines)
 
 
 def input_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:

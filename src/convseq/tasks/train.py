@@ -46,9 +46,8 @@ from convseq.checkpoints.io import (
     resolve_resume,
 )
 from convseq.common.plain import to_plain
-from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
-from convseq.data.preprocess import prepare_databin
+from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
 from convseq.inference.records import write_hypotheses
@@ -188,7 +187,7 @@ def _build_run(
     ckpt_dir = output_dir / CHECKPOINT_DIR
     seed = int(cfg.get("seed", 1))
     pl.seed_everything(seed, workers=True, verbose=False)
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"]))
+    databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])  # convseq's or fairseq's
     module = build_module(cfg, databin)
     # the data's segmentation travels in the checkpoints: raw text translates without the data
     module.text_processing = databin.text_processing()
