@@ -204,6 +204,10 @@ class Config:
     save_interval_updates: int = 0  # checkpoints/updateUUUUUUU.ckpt every N updates (0 = off)
     profile: bool = False  # task=train: print where each training epoch's time goes
     final_test: bool = True  # task=train: test loss (and gen.test_bleu) of best.ckpt at the end
+    # conf/logger: the experiment tracker(s), one `_target_` entry or a dict of them (open node)
+    logger: Any = None
+    # conf/callbacks: extra Lightning callbacks, a dict of `_target_` entries (open node)
+    callbacks: Any = field(default_factory=dict)
 
 
 def default_cache_dir() -> str:

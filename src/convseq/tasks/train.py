@@ -73,6 +73,7 @@ from convseq.training.intervals import validation_interval
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
+from convseq.training.trackers import close_trackers, log_test_scores, tracker_resume
 
 __all__ = ["run_train", "train"]
 
@@ -113,6 +114,9 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
     run = _build_run(cfg, output_dir, resume, callbacks)
     fit = _fit(run)
     test_hypotheses, test_sets = _final_test(run, fit)
+    # test BLEU/chrF come after trainer.test: the trackers get them here
+    log_test_scores(run.trainer, run.module.test_figures, run.module.global_step)
+    close_trackers(run.trainer, interrupted=fit.signal is not None)
     summary = _summary(run, fit, test_hypotheses, test_sets, t_start)
     _add_profile(run.trainer, summary)
     _report(output_dir, summary)
@@ -192,16 +196,17 @@ def _build_run(
     # the data's segmentation travels in the checkpoints: raw text translates without the data
     module.text_processing = databin.text_processing()
 
-    last_step = -1
+    last_step, trackers = -1, {}
     if resume is not None:
         ckpt = load_checkpoint(resume, weights_only=True)
         last_step = check_resume(ckpt, module, resume, databin)
+        trackers = tracker_resume(ckpt)  # the tracker runs to continue
         del ckpt
         rank_zero_info(f"convseq: resuming from {resume}")
 
     dm = build_datamodule(cfg, module, databin)  # the data-bin prepared above, used as it is
     cbs = build_callbacks(cfg, ckpt_dir, resume)
-    trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir)
+    trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir, trackers)
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
         truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
     return _Run(cfg, output_dir, resume, module, dm, cbs, trainer)

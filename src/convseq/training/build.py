@@ -6,7 +6,6 @@ is usable alone, e.g. to build a Trainer around a module in a notebook or a benc
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from convseq.training.log_interval import LogIntervalClamp
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.resume_agreement import ResumeAgreement
-from convseq.training.run_log import AppendingCSVLogger
+from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
 __all__ = [
     "build_callbacks",
@@ -144,13 +143,24 @@ def build_callbacks(
     # per-update figures at least once an epoch, without Lightning's warning on small corpora
     cbs["log_interval"] = LogIntervalClamp()
     cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
+    # the trackers' config and run ids (kept in the checkpoint for a resumed run)
+    cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)
+    for key, callback in config_callbacks(cfg):  # the user's own, from `callbacks`
+        cbs[key] = callback
     return cbs
 
 
 def build_trainer(
-    cfg: Mapping[str, Any], callbacks: list[pl.Callback], output_dir: Path
+    cfg: Mapping[str, Any],
+    callbacks: list[pl.Callback],
+    output_dir: Path,
+    tracker_state: Mapping[str, Any] | None = None,
 ) -> pl.Trainer:
-    """The Trainer of `cfg["trainer"]`, with convseq's fixed choices."""
+    """The Trainer of `cfg["trainer"]`, with convseq's fixed choices.
+
+    Its loggers: csv/metrics.csv and the trackers of `cfg["logger"]`, which continue the runs
+    of `tracker_state` (`convseq.training.trackers.tracker_resume` of the checkpoint resumed).
+    """
     tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
     tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
@@ -158,11 +168,7 @@ def build_trainer(
     tcfg.pop("precision", None)
     if precision is not None:
         tcfg["precision"] = precision
-    loggers: list[Any] = [AppendingCSVLogger(str(output_dir))]
-    if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
-        from pytorch_lightning.loggers import TensorBoardLogger
-
-        loggers.append(TensorBoardLogger(str(output_dir), name="", version="tb"))
+    loggers = build_loggers(cfg, output_dir, tracker_state)
     clip = float(cfg["optim"].get("clip_norm") or 0.0)
     return pl.Trainer(
         **tcfg,
