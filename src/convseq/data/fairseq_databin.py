@@ -64,7 +64,7 @@ def infer_pair(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str
             path=str(folder),
         )
     if len(pairs) > 1:
-        names = ", ".join(f"{a}-{b}" for a, b in pairs)
+        names = ", ".join(sorted(f"{a}-{b}" for a, b in pairs))
         raise DataError(
             f"holds several language pairs ({names}): choose one with data.src_lang=... "
             "data.tgt_lang=...",
