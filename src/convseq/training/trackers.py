@@ -233,6 +233,19 @@ def _log_mlflow_params(logger: MLFlowLogger, flat: Mapping[str, Any]) -> None:
             logger.experiment.set_tag(logger.run_id, f"resumed.{k}", str(v))
 
 
+def _tensorboard_hparams(logger: TensorBoardLogger, flat: Mapping[str, Any], shown: list) -> None:
+    """The config in TensorBoard's HPARAMS tab, its columns the figures `shown` (their values
+    are the scalars logged under those names; none is logged here, unlike Lightning's
+    `log_hyperparams(params, metrics)`, which would add a value at step 0)."""
+    if importlib.util.find_spec("tensorboard"):  # what Lightning's writer is, then
+        from torch.utils.tensorboard.summary import hparams
+    else:
+        from tensorboardX.summary import hparams
+    writer = logger.experiment._get_file_writer()
+    for summary in hparams(dict(flat), dict.fromkeys(shown, 0.0)):
+        writer.add_summary(summary)
+
+
 class TrackerRunIds(pl.Callback):
     """Gives the trackers the config and the run folder at the start of fitting, and keeps their
     run ids in the checkpoint so that a resumed run continues the same tracker runs."""
@@ -254,9 +267,18 @@ class TrackerRunIds(pl.Callback):
             elif isinstance(logger, MLFlowLogger) and self.resumed:
                 _log_mlflow_params(logger, flat)
             else:
-                logger.log_hyperparams(flat)
+                logger.log_hyperparams(flat)  # TensorBoard: its hparams.yaml
+            if isinstance(logger, TensorBoardLogger):
+                _tensorboard_hparams(logger, flat, self._shown())
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.set_tag(logger.run_id, "run_dir", self.output_dir)
+
+    def _shown(self) -> list[str]:
+        """The figures a tracker's table of runs shows beside the config."""
+        cfg, ck = self.cfg, self.cfg.get("checkpoint") or {}
+        names = [cfg.get("optimized_metric"), ck.get("monitor"), "valid/loss", "test/loss"]
+        names += ["test/bleu"] if (cfg.get("gen") or {}).get("test_bleu", True) else []
+        return list(dict.fromkeys(n for n in names if n))
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = trainer
