@@ -1,0 +1,1 @@
+"""convseq's Hydra sweeper: hydra-optuna-sweeper's search, continued where it stopped."""

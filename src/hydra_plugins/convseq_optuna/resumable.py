@@ -1,0 +1,86 @@
+"""`ResumableOptunaSweeper`: hydra-optuna-sweeper's sweeper, made to continue a search.
+
+A Hydra plugin lives in the `hydra_plugins` namespace (Hydra instantiates no other sweeper
+class) and is imported by Hydra's plugin scan at every start: this module imports Hydra only;
+Optuna, the plugin it wraps and convseq's part (`convseq.tasks.optuna_search`) load when a
+search starts. `conf/hparams_search/*.yaml` choose it with `hydra.sweeper._target_`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class ResumableOptunaSweeper(Sweeper):
+    """Optuna's sweeper (same settings as hydra.sweeper of `hydra/sweeper=optuna`) that:
+
+    - runs only the trials the study in `storage` still lacks (`n_trials` counts them all),
+    - numbers the new job folders after the study's trials (folder N is trial N),
+    - stops the search when a signal cut a trial short (the trial counts as failed).
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        from convseq.tasks.optuna_search import INSTALL, SearchError
+
+        try:
+            from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+        except ImportError as e:
+            raise SearchError(f"the Optuna sweeper needs its packages: run `{INSTALL}`") from e
+        self.settings = settings
+        self.impl = OptunaSweeperImpl(**settings)
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.impl.launcher = _SignalAwareLauncher(self.impl.launcher)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from convseq.tasks.optuna_search import resume_study
+
+        state = resume_study(
+            self.settings.get("storage"),
+            self.settings.get("study_name"),
+            self.settings.get("direction"),
+            int(self.settings.get("n_trials", 0)),
+        )
+        self.impl.n_trials = state.to_run
+        self.impl.job_idx = state.trials  # job folder N holds trial N
+        return self.impl.sweep(arguments)
+
+
+class _SignalAwareLauncher:
+    """The launcher the sweeper was given; a job a signal cut short returns a failure
+    (`SearchInterrupted`), which the Optuna sweeper records as a failed trial before it stops."""
+
+    def __init__(self, launcher: Any) -> None:
+        self.launcher = launcher
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.launcher, name)
+
+    def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:
+        from hydra.core.utils import JobStatus
+        from omegaconf import OmegaConf
+
+        from convseq.tasks.optuna_search import SearchInterrupted, cut_short
+
+        returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        for ret in returns:
+            hydra_cfg = ret.hydra_cfg
+            output_dir = (
+                OmegaConf.select(hydra_cfg, "hydra.runtime.output_dir") if hydra_cfg else None
+            )
+            signal = cut_short(output_dir) if output_dir else None
+            if signal is not None and ret.status == JobStatus.COMPLETED:
+                ret.status = JobStatus.FAILED
+                ret.return_value = SearchInterrupted(
+                    f"{signal} ended the trial in {output_dir} early: the search stops here. "
+                    "Run the same command again to continue it (the cut trial counts as failed "
+                    "and a new one takes its place)"
+                )
+        return returns
