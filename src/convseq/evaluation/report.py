@@ -14,6 +14,10 @@ sweep folder:
 
 A job without `summary.json` (it failed, or is still running) is listed from its
 `csv/metrics.csv` as far as that goes, with its status saying so.
+
+An Optuna search (`convseq.evaluation.search_report`) gets the same files, its rows ordered by
+the objective (best first, with an objective column), a paragraph naming the best trial and its
+overrides, the keys `search` and `best` in the JSON, and `best_trial.yaml`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,14 @@ from convseq.evaluation.history import (
     best_of,
     finite_or_none,
     history_from_metrics,
+)
+from convseq.evaluation.search_report import (
+    BEST_FILE,
+    best_trial,
+    best_yaml,
+    markdown_lines,
+    optuna_search,
+    rank_rows,
 )
 from convseq.viz.curves import plot_curves
 
@@ -264,11 +276,22 @@ def _columns(rows: list[dict[str, Any]], test: bool) -> tuple[bool, bool]:
 
 
 def to_markdown(
-    root: Path, common: list[str], rows: list[dict[str, Any]], test: bool, png: str | None
+    root: Path,
+    common: list[str],
+    rows: list[dict[str, Any]],
+    test: bool,
+    png: str | None,
+    search: list[str] | None = None,
+    objective: str | None = None,
 ) -> str:
-    """The report as a markdown document (a heading, the common overrides, the table, the PNG)."""
+    """The report as a markdown document (a heading, the common overrides, the table, the PNG).
+
+    A search's report adds `search` (its paragraph, before the table) and an `objective`
+    column (its title; the rows' `objective` values) after the job.
+    """
     valid_bleu, test_bleu = _columns(rows, test)
-    head = ["job", "overrides", "wall time", "epochs", "s/epoch", "stop reason"]
+    head = ["job"] + ([objective] if objective else [])
+    head += ["overrides", "wall time", "epochs", "s/epoch", "stop reason"]
     head += ["best valid loss (epoch)"] + (["best valid BLEU (epoch)"] if valid_bleu else [])
     head += ["last lr", "status"]
     if test:
@@ -280,12 +303,13 @@ def to_markdown(
         + (" ".join(f"`{o}`" for o in common) if common else "none")
         + ". Losses in bits per token; wall time is the training time (validation included).",
         "",
+        *(search or []),
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
     ]
     for r in rows:
-        cells = [
-            r["job"],
+        cells = [r["job"]] + ([_f(r["objective"])] if objective else [])
+        cells += [
             r["overrides"] or "(none)",
             _hms(r["wall_seconds"]),
             str(r["epochs"]),
@@ -352,13 +376,19 @@ def write_report(
             its update count: runs with validate_interval_updates).
 
     Returns:
-        The files written, by kind ("markdown", "csv", "json", "png").
+        The files written, by kind ("markdown", "csv", "json", "png"; "best" for an Optuna
+        search with a finished trial: best_trial.yaml).
 
     Raises:
         DataError: no such folder, no job in it, or an unreadable job file.
     """
     root = Path(sweep_dir).absolute()
     jobs, common, rows = sweep_rows(root, test)
+    search = optuna_search(jobs)
+    best = None
+    if search is not None:  # trials best first
+        jobs, rows = rank_rows(jobs, rows, search)
+        best = best_trial(jobs, rows, search)
     out = Path(output_dir).absolute() if output_dir is not None else root
     out.mkdir(parents=True, exist_ok=True)
     files = {kind: out / name for kind, name in REPORT_FILES.items()}
@@ -368,8 +398,15 @@ def write_report(
     else:
         files.pop("png")
     png = REPORT_FILES["png"] if plot else None
-    _write(files["markdown"], to_markdown(root, common, rows, test, png))
+    intro = markdown_lines(search, best, len(rows)) if search else None
+    title = f"{search.metric} ({search.direction})" if search else None
+    _write(files["markdown"], to_markdown(root, common, rows, test, png, intro, title))
     _write(files["csv"], to_csv(rows))
     record = {"sweep_dir": str(root), "common_overrides": common, "rows": rows, "curves": curves}
+    if search is not None:
+        record.update(search=asdict(search), best=best)
+        if best is not None:
+            files["best"] = out / BEST_FILE
+            _write(files["best"], best_yaml(best))
     _write(files["json"], json.dumps(_json_value(record), indent=2) + "\n")
     return files

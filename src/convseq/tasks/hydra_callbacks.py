@@ -1,7 +1,8 @@
 """Hydra callbacks registered in conf/config.yaml (`hydra.callbacks`).
 
 `SweepReport` writes the sweep's summary (`convseq.evaluation.report.write_report`) into `hydra.sweep.dir`
-once every job of a multirun has returned, and refuses to start a multi-process DDP job under a
+once every job of a multirun has returned, refuses an Optuna search that cannot start or would
+optimise the wrong way (`convseq.tasks.optuna_search.check_search`, exit status 2), and refuses to start a multi-process DDP job under a
 local launcher (exit status 2; Lightning's DDP launcher re-executes the command line, `-m` and its sweep
 included, in every extra process: each would start a sweep of its own).
 
@@ -61,6 +62,18 @@ class SweepReport(Callback):
         self.test = bool(test)
         self.x = str(x)
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        hydra_cfg = config.get("hydra") or {}
+        from convseq.tasks.optuna_search import SearchError, check_search, is_optuna_sweeper
+
+        if not is_optuna_sweeper(hydra_cfg.get("sweeper")):
+            return
+        try:
+            check_search(config)
+        except SearchError as e:  # SystemExit: Hydra turns a callback's exceptions into warnings
+            print(f"convseq: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from e
+
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra")
         if hydra_cfg is None or str(hydra_cfg.get("mode")) != "RunMode.MULTIRUN":
@@ -98,3 +111,5 @@ class SweepReport(Callback):
             )
             return
         print(f"convseq: sweep report: {files['markdown']}", flush=True)
+        if "best" in files:  # an Optuna search: its best trial, ready to paste
+            print(f"convseq: best trial: {files['best']}", flush=True)

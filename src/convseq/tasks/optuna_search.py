@@ -102,7 +102,8 @@ def check_search(cfg: Mapping[str, Any]) -> None:
         raise SearchError(
             f"hydra.sweeper.direction=maximize, but training returns the smallest "
             f"optimized_metric={metric} unless checkpoint.monitor={metric} and "
-            "checkpoint.mode=max: set both (a loss: direction=minimize)"
+            "checkpoint.mode=max: set both for a metric where larger is better, or "
+            "hydra.sweeper.direction=minimize for a loss"
         )
     if wanted == "minimize" and trains_max:
         raise SearchError(
