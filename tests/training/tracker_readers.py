@@ -41,11 +41,11 @@ def csv_series(run: Path) -> Counter:
 
 
 def tensorboard_series(run: Path) -> Counter:
-    """The scalars of <run>/tb, read by TensorBoard's EventAccumulator (which drops the events a
+    """The scalars of <run>/tensorboard, read by TensorBoard's EventAccumulator (which drops the events a
     resumed run's purge_step discards)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     found: Counter = Counter()
     for tag in acc.Tags()["scalars"]:
@@ -56,11 +56,11 @@ def tensorboard_series(run: Path) -> Counter:
 
 
 def tensorboard_hparams(run: Path) -> dict[str, Any]:
-    """The hyperparameters of TensorBoard's HPARAMS tab (its plugin data in <run>/tb)."""
+    """The hyperparameters of TensorBoard's HPARAMS tab (its plugin data in <run>/tensorboard)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    acc = EventAccumulator(str(run / "tb"))
+    acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     content = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
