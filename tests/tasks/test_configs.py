@@ -14,7 +14,8 @@ from convseq.tasks.dispatch import to_plain
 from tests.conftest import CONF_DIR, ROOT, compose_config
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "local")
-GLOBAL_GROUPS = ("experiment",)  # `# @package _global_` recipes: they set keys of other groups
+# `# @package _global_` options: they set keys of other groups
+GLOBAL_GROUPS = ("experiment", "hparams_search")
 
 
 def _options(group: str) -> list[str]:
@@ -31,6 +32,9 @@ def test_every_group_has_options():
 
 @pytest.mark.parametrize(("group", "option"), ALL_OPTIONS, ids=[f"{g}={o}" for g, o in ALL_OPTIONS])
 def test_every_option_composes_and_resolves(group, option, tmp_path, cache_dir):
+    # hparams_search options extend the Optuna plugin's settings (the sweep extra)
+    if group == "hparams_search":
+        pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     cfg = compose_config([f"{group}={option}"], output_dir=str(tmp_path))
     plain = to_plain(cfg)  # resolves every interpolation: nothing may stay MISSING
     if group in GLOBAL_GROUPS:
