@@ -128,6 +128,9 @@ ADDED_SINCE_PRE_LAYOUT = {
     ("datamodule_hyper_parameters", "data", "workers"),  # preprocessing worker processes
     ("datamodule_hyper_parameters", "data", "src_dict"),  # a given fairseq dictionary (or None)
     ("datamodule_hyper_parameters", "data", "tgt_dict"),
+    ("datamodule_hyper_parameters", "data", "format"),  # convseq | fairseq (a fairseq data-bin)
+    ("datamodule_hyper_parameters", "data", "path"),  # the fairseq data-bin's folder (or None)
+    ("datamodule_hyper_parameters", "data", "remove_bpe"),  # its subword joiner (or None)
 }
 
 
