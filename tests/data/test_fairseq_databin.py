@@ -204,6 +204,12 @@ def test_fairseqs_other_formats_are_refused_with_the_command_to_rerun(damaged):
     assert message.startswith(f"{idx}: fairseq's 'lazy'/'cached' format")
 
 
+def test_a_sharded_split_is_refused_naming_the_shard(damaged):
+    write_split(damaged / "train1.src-tgt.src", [np.array([5, 2])], 464)
+    message = one_line_error(fairseq_cfg(damaged), "train")
+    assert message.startswith(f"{damaged / 'train1.src-tgt.src.idx'}: split 'train' is sharded")
+
+
 def test_a_missing_folder_split_or_path_is_named(tmp_path, pair):
     with pytest.raises(DataError, match="give it with data.path=DIR"):
         open_databin({**fairseq_cfg(tmp_path), "path": None}, "unused")

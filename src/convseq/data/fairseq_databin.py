@@ -195,6 +195,14 @@ class FairseqDataBin:
         backward = self.path / f"{split}.{self.tgt_lang}-{self.src_lang}.{lang}"
         for p in (forward, backward):
             if any(Path(f"{p}{ext}").exists() for ext in (".idx", ".bin", "")):
+                shard = p.with_name(p.name.replace(split, f"{split}1", 1))
+                if Path(f"{shard}.idx").exists():  # fairseq concatenates split, split1, ...
+                    raise DataError(
+                        f"split {name!r} is sharded ({split}, {split}1, ...); convseq reads one "
+                        "file per split: re-run fairseq-preprocess with the text joined into one "
+                        "prefix",
+                        path=f"{shard}.idx",
+                    )
                 return str(p)
         raise DataError(
             f"split {name!r}: neither {forward.name}.bin/.idx nor {backward.name}.bin/.idx is "
