@@ -77,7 +77,7 @@ def test_a_toy_search_reports_its_trials_best_first_and_continues_without_rerunn
     assert _jobs(sweep_dir) == ["0", "1", "2", "3"]
     summaries = {j: json.loads((sweep_dir / j / "summary.json").read_text()) for j in "0123"}
     values = {j: s["best_value"] for j, s in summaries.items()}
-    assert all(s["optimized_metric"] == "valid/loss" for s in summaries.values())
+    assert all(s["optimized_metric"] == "valid/nll_loss" for s in summaries.values())
     assert len(set(values.values())) == 4  # four different trials
 
     # Optuna's own record: trial N ran in job folder N and got what that run returned
@@ -104,7 +104,7 @@ def test_a_toy_search_reports_its_trials_best_first_and_continues_without_rerunn
     assert best["overrides"] == job_overrides
     assert sorted(o.split("=")[0] for o in best["params"]) == sorted(study.best_trial.params)
     md = (sweep_dir / REPORT_FILES["markdown"]).read_text()
-    assert f"Best trial: job {best_job}, valid/loss = {min(values.values()):.4f}." in md
+    assert f"Best trial: job {best_job}, valid/nll_loss = {min(values.values()):.4f}." in md
     # the line pastes into a shell as the trial's own overrides
     line = next(x for x in md.splitlines() if x.startswith("best_overrides: `"))
     assert shlex.split(line.removeprefix("best_overrides: `").removesuffix("`")) == job_overrides
@@ -234,7 +234,7 @@ def test_the_multi30k_search_space_is_the_one_documented(monkeypatch, tmp_path):
 
 def test_the_toy_search_minimises_the_validation_loss():
     cfg = _compose("hparams_search=toy_optuna")
-    assert cfg.hydra.sweeper.direction == "minimize" and cfg.optimized_metric == "valid/loss"
+    assert cfg.hydra.sweeper.direction == "minimize" and cfg.optimized_metric == "valid/nll_loss"
     assert set(cfg.hydra.sweeper.params) == {
         "optim.lr",
         "model.dropout",
