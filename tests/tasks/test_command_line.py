@@ -3,6 +3,7 @@ is given, the run folder each task makes, and `--help`."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,9 +14,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+import convseq.tasks.command_line as command_line_module
 import convseq.tasks.dispatch as dispatch_module
 from convseq.tasks.command_line import (
+    MissingPlugin,
     check_command_line,
+    check_plugins,
     gives,
     override_args,
     parse_overrides,
@@ -189,3 +193,28 @@ def test_help_lists_every_task_with_a_line(tmp_path):
     assert all(len(parts) == 2 and len(parts[1]) > 20 for parts in lines)
     assert "model: fconv," in text  # the groups are still listed
     assert not (tmp_path / "outputs").exists()
+
+
+def test_an_option_whose_hydra_plugin_is_missing_names_the_install_line(monkeypatch, capsys):
+    missing = ("hydra_plugins.convseq_no_such_plugin", "pip install -e '.[nothing]'")
+    monkeypatch.setattr(command_line_module, "PLUGINS", {("hparams_search", None): missing})
+    with pytest.raises(
+        MissingPlugin, match=r"hparams_search=b needs .*no_such_plugin.*\[nothing\]"
+    ):
+        check_plugins(["-m", "hparams_search=b", "optim.lr=0.1"])
+    with pytest.raises(MissingPlugin, match="hparams_search=a needs"):  # a sweep: each option
+        check_plugins(["-m", "hparams_search=a,b"])
+    check_plugins(["optim=sgd", "~hparams_search"])  # other groups, a deletion: nothing needed
+    with pytest.raises(SystemExit) as e:
+        command_line_module.main_guard(["hparams_search=toy_optuna"], CONF_DIR)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("convseq: error: hparams_search=toy_optuna needs")
+
+
+def test_installed_plugins_pass_and_each_known_option_names_its_extra():
+    plugins = command_line_module.PLUGINS
+    assert plugins[("hparams_search", None)][1].endswith("'.[sweep]'")
+    assert plugins[("hydra/launcher", "slurm")][1].endswith("'.[slurm]'")
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        pytest.skip("the sweep extra is not installed")
+    check_plugins(["-m", "hparams_search=toy_optuna"])  # no error: the plugin is there

@@ -7,10 +7,14 @@
   take its data settings unless the user gave theirs.
 - `wants_no_run_folder`: `task=preprocess` writes into the shared cache only, so run.py composes
   its config without making a run folder.
+- `check_plugins`: an option that needs a Hydra plugin from an optional extra
+  (`hparams_search=...`, `hydra/launcher=slurm`) fails with the `pip install` line when the
+  plugin is missing, instead of Hydra's "Could not find 'hydra/sweeper/optuna'".
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
@@ -20,11 +24,14 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
+from convseq.errors import ConvseqError
 from convseq.tasks.config_check import ConfigKeyError, check_key
 
 __all__ = [
     "NO_RUN_FOLDER_TASKS",
+    "MissingPlugin",
     "check_command_line",
+    "check_plugins",
     "given_overrides",
     "gives",
     "parse_overrides",
@@ -33,6 +40,35 @@ __all__ = [
 ]
 
 NO_RUN_FOLDER_TASKS = ("preprocess",)  # tasks that write nothing of their own into a run folder
+
+# (group, option or None for any) -> the Hydra plugin module it needs and how to install it
+PLUGINS = {
+    ("hparams_search", None): ("hydra_plugins.hydra_optuna_sweeper", "pip install -e '.[sweep]'"),
+    ("hydra/sweeper", "optuna"): (
+        "hydra_plugins.hydra_optuna_sweeper",
+        "pip install -e '.[sweep]'",
+    ),
+    ("hydra/launcher", "slurm"): (
+        "hydra_plugins.hydra_submitit_launcher",
+        "pip install -e '.[slurm]'",
+    ),
+    ("hydra/launcher", "submitit_local"): (
+        "hydra_plugins.hydra_submitit_launcher",
+        "pip install -e '.[slurm]'",
+    ),
+    ("hydra/launcher", "submitit_slurm"): (
+        "hydra_plugins.hydra_submitit_launcher",
+        "pip install -e '.[slurm]'",
+    ),
+    ("hydra/launcher", "joblib"): (
+        "hydra_plugins.hydra_joblib_launcher",
+        "pip install hydra-joblib-launcher",
+    ),
+}
+
+
+class MissingPlugin(ConvseqError):
+    """An option that needs a Hydra plugin which is not installed."""
 
 
 def override_args(argv: Sequence[str]) -> list[str]:
@@ -117,10 +153,35 @@ def compose_without_run_folder(
     return cfg
 
 
+def check_plugins(argv: Sequence[str]) -> None:
+    """Refuse an option whose Hydra plugin is not installed, naming the line that installs it.
+
+    Raises:
+        MissingPlugin: the option, the missing plugin and the `pip install` line.
+    """
+    for override in parse_overrides(override_args(argv)):
+        group = override.key_or_group
+        if override.is_delete() or override.value() is None:
+            continue
+        if override.is_sweep_override():  # hparams_search=a,b under -m
+            options = list(override.sweep_string_iterator())
+        else:
+            options = [override.get_value_element_as_str()]
+        for option in options:
+            need = PLUGINS.get((group, option)) or PLUGINS.get((group, None))
+            if need and importlib.util.find_spec(need[0]) is None:
+                raise MissingPlugin(
+                    f"{group}={option} needs the Hydra plugin {need[0]}, which is not "
+                    f"installed: run {need[1]}"
+                )
+
+
 def main_guard(argv: Sequence[str], conf_dir: str | Path) -> None:
-    """run.py's check before Hydra: a bad key prints one line and exits with status 2."""
+    """run.py's check before Hydra: a bad key or a missing plugin prints one line and exits
+    with status 2."""
     try:
         check_command_line(argv, conf_dir)
-    except ConfigKeyError as e:
+        check_plugins(argv)
+    except (ConfigKeyError, MissingPlugin) as e:
         print(f"convseq: error: {e}", file=sys.stderr)
         raise SystemExit(2) from e
