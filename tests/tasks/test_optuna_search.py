@@ -24,6 +24,7 @@ from convseq.tasks.optuna_search import (
     SearchError,
     SearchInterrupted,
     check_search,
+    continue_sampler,
     cut_short,
     resume_study,
 )
@@ -127,6 +128,8 @@ def test_a_toy_search_reports_its_trials_best_first_and_continues_without_rerunn
     assert _jobs(sweep_dir) == ["0", "1", "2", "3", "4"]
     trials = study.get_trials()
     assert [t.number for t in trials] == [0, 1, 2, 3, 4]
+    # a new point: the seeded sampler does not replay the first run's draws
+    assert all(trials[4].params != t.params for t in trials[:4])
     assert trials[4].value == pytest.approx(
         json.loads((sweep_dir / "4" / "summary.json").read_text())["best_value"]
     )
@@ -161,6 +164,26 @@ def test_resume_counts_finished_trials_and_fails_the_ones_left_running(tmp_path)
     assert (state.stale, state.to_run) == (0, 0)  # complete: nothing more to run
 
 
+def _proposals(sampler, study_trials: int, n: int) -> list[float]:
+    """What a fresh in-memory study asks of `sampler` after continue_sampler(study_trials)."""
+    continue_sampler(sampler, study_trials)
+    study = optuna.create_study(sampler=sampler)
+    return [study.ask().suggest_float("lr", 0.0, 1.0) for _ in range(n)]
+
+
+def test_a_continued_sampler_draws_anew_and_the_same_way_each_time():
+    tpe = optuna.samplers.TPESampler
+    first = _proposals(tpe(seed=1), 0, 3)
+    assert first == _proposals(tpe(seed=1), 0, 3)  # nothing changes for a new study
+    again = _proposals(tpe(seed=1), 3, 3)
+    assert again == _proposals(tpe(seed=1), 3, 3)  # deterministic
+    assert not set(again) & set(first)  # and not the first run's draws
+    assert _proposals(tpe(seed=1), 4, 3) != again  # the count of trials is part of the seed
+    rnd = optuna.samplers.RandomSampler
+    assert _proposals(rnd(seed=1), 2, 2) != _proposals(rnd(seed=1), 0, 2)
+    continue_sampler(object(), 5)  # a sampler without a generator is left alone
+
+
 def test_resume_refuses_a_storage_without_a_study_name(tmp_path):
     with pytest.raises(SearchError, match="study_name"):
         resume_study(_storage(tmp_path), None, "minimize", n_trials=3)
@@ -189,10 +212,14 @@ def test_a_trial_cut_short_by_a_signal_stops_the_search(tmp_path):
                 returns[-1].return_value = 1.5
             return returns
 
-    ok, cut = _SignalAwareLauncher(Launcher()).launch(["ok", "cut"], initial_job_idx=0)
+    launcher = _SignalAwareLauncher(Launcher())
+    ok, cut = launcher.launch(["ok", "cut"], initial_job_idx=0)
     assert ok.return_value == 1.5
     with pytest.raises(SearchInterrupted, match="Run the same command again"):
         cut.return_value  # noqa: B018 (the Optuna sweeper reads it: a failed trial, then stops)
+    # a sweeper that tolerates failures (max_failure_rate > 0) gets no further trial run
+    with pytest.raises(SearchInterrupted, match="SIGTERM ended the trial"):
+        launcher.launch(["ok"], initial_job_idx=2)
 
 
 # ---------------------------------------------------------------------------- the configs

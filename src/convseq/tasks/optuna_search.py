@@ -39,6 +39,7 @@ __all__ = [
     "SearchInterrupted",
     "StudyState",
     "check_search",
+    "continue_sampler",
     "cut_short",
     "is_optuna_sweeper",
     "resume_study",
@@ -180,6 +181,29 @@ def resume_study(storage: Any, study_name: str | None, direction: Any, n_trials:
         to_run,
     )
     return StudyState(trials=len(trials), done=done, stale=len(stale), to_run=to_run)
+
+
+def continue_sampler(sampler: Any, trials: int) -> None:
+    """Reseed `sampler` for a search that continues a study of `trials` trials.
+
+    A seeded sampler built anew draws the same numbers as in the run before, so the trials a
+    continued search asks for first would repeat the study's first trials (the random startup
+    trials exactly). The new seed is drawn from the sampler's own seeded state and the number
+    of trials: the same command continues the same way on every machine, and differently from
+    the run before. Optuna 2's samplers keep their generator in `_rng` (TPE also in its random
+    startup sampler); a sampler without one (a grid) is left alone.
+    """
+    import numpy as np
+
+    rng = getattr(sampler, "_rng", None)
+    if trials <= 0 or not isinstance(rng, np.random.RandomState):
+        return
+    base = int(rng.randint(2**31 - 1))  # the same for the same seed
+    seed = int(np.random.SeedSequence([base, int(trials)]).generate_state(1)[0])
+    sampler._rng = np.random.RandomState(seed)
+    inner = getattr(sampler, "_random_sampler", None)
+    if isinstance(getattr(inner, "_rng", None), np.random.RandomState):
+        inner._rng = np.random.RandomState(seed + 1)
 
 
 def cut_short(output_dir: str | Path) -> str | None:

@@ -8,6 +8,7 @@ search starts. `conf/hparams_search/*.yaml` choose it with `hydra.sweeper._targe
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from hydra.plugins.sweeper import Sweeper
@@ -20,6 +21,7 @@ class ResumableOptunaSweeper(Sweeper):
 
     - runs only the trials the study in `storage` still lacks (`n_trials` counts them all),
     - numbers the new job folders after the study's trials (folder N is trial N),
+    - reseeds its sampler so that a continued search does not replay the first trials,
     - stops the search when a signal cut a trial short (the trial counts as failed).
     """
 
@@ -40,7 +42,8 @@ class ResumableOptunaSweeper(Sweeper):
         self.impl.launcher = _SignalAwareLauncher(self.impl.launcher)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from convseq.tasks.optuna_search import resume_study
+        from convseq.tasks.optuna_search import SearchInterrupted, continue_sampler, resume_study
+        from convseq.training.interruption import EX_TEMPFAIL
 
         state = resume_study(
             self.settings.get("storage"),
@@ -48,9 +51,14 @@ class ResumableOptunaSweeper(Sweeper):
             self.settings.get("direction"),
             int(self.settings.get("n_trials", 0)),
         )
+        continue_sampler(self.impl.sampler, state.trials)  # no replay of the first trials
         self.impl.n_trials = state.to_run
         self.impl.job_idx = state.trials  # job folder N holds trial N
-        return self.impl.sweep(arguments)
+        try:
+            return self.impl.sweep(arguments)
+        except SearchInterrupted as e:  # one line and the status of a run cut short, no traceback
+            print(f"convseq: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(EX_TEMPFAIL) from None
 
 
 class _SignalAwareLauncher:
@@ -59,6 +67,7 @@ class _SignalAwareLauncher:
 
     def __init__(self, launcher: Any) -> None:
         self.launcher = launcher
+        self.interrupted: str | None = None  # why the search stops, once a signal cut a trial
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.launcher, name)
@@ -69,6 +78,8 @@ class _SignalAwareLauncher:
 
         from convseq.tasks.optuna_search import SearchInterrupted, cut_short
 
+        if self.interrupted:  # the sweeper went on (max_failure_rate > 0): launch nothing more
+            raise SearchInterrupted(self.interrupted)
         returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         for ret in returns:
             hydra_cfg = ret.hydra_cfg
@@ -77,10 +88,11 @@ class _SignalAwareLauncher:
             )
             signal = cut_short(output_dir) if output_dir else None
             if signal is not None and ret.status == JobStatus.COMPLETED:
-                ret.status = JobStatus.FAILED
-                ret.return_value = SearchInterrupted(
+                self.interrupted = (
                     f"{signal} ended the trial in {output_dir} early: the search stops here. "
                     "Run the same command again to continue it (the cut trial counts as failed "
                     "and a new one takes its place)"
                 )
+                ret.status = JobStatus.FAILED
+                ret.return_value = SearchInterrupted(self.interrupted)
         return returns
