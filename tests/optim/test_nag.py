@@ -6,6 +6,7 @@ import io
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from convseq.optim import NAG, OptimConfigError, build_optimizer
 
@@ -204,3 +205,71 @@ def test_build_errors_name_the_key():
         build_optimizer(params, {"name": "nag", "lr": -1.0})
     with pytest.raises(OptimConfigError, match="optim.betas"):
         build_optimizer(params, {"name": "adam", "lr": 1e-3, "betas": [0.9]})
+
+
+# ---------------------------------------------------------------------------- the foreach path
+
+
+class _OpCount(TorchDispatchMode):
+    """The aten ops an optimiser step issues (a GPU launches a kernel for each)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not name.startswith("_record_function"):  # the profiler's markers around step()
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def _mixed_params(seed: int) -> list[torch.nn.Parameter]:
+    """Parameters of three dtypes and several shapes, one without a gradient at times."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(7, 5), (5,), (3, 4, 2), (11,), (2, 3)]
+    dtypes = [torch.float32, torch.float32, torch.float64, torch.bfloat16, torch.float32]
+    return [torch.nn.Parameter(torch.randn(s, generator=g).to(d)) for s, d in zip(shapes, dtypes)]
+
+
+def test_foreach_nag_equals_the_per_parameter_nag_over_many_steps():
+    """Mixed dtypes, weight decay, lr changes and a parameter that skips steps: the two paths
+    give the same parameters and buffers (the same ops in the same order)."""
+    runs = {}
+    for foreach in (True, False):
+        params = _mixed_params(0)
+        opt = NAG(params, lr=0.25, momentum=0.99, weight_decay=1e-4, foreach=foreach)
+        g = torch.Generator().manual_seed(1)
+        for step in range(200):
+            for i, p in enumerate(params):
+                skip = i == 4 and step % 3 == 0  # no gradient at every third step
+                grad = torch.randn(p.shape, generator=g).to(p.dtype)
+                p.grad = None if skip else grad
+            if step in (60, 130):
+                opt.param_groups[0]["lr"] *= 0.1  # annealing between steps
+            opt.step()
+        runs[foreach] = (params, [opt.state[p]["momentum_buffer"] for p in params])
+    for a, b in zip(runs[True][0] + runs[True][1], runs[False][0] + runs[False][1]):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_foreach_nag_issues_a_few_ops_per_dtype_not_four_per_parameter():
+    def ops(foreach: bool) -> list[str]:
+        params = [torch.nn.Parameter(torch.randn(3)) for _ in range(50)]
+        opt = NAG(params, lr=0.1, momentum=0.9, foreach=foreach)
+        for p in params:
+            p.grad = torch.ones(3)
+        opt.step()  # the first step also makes the buffers
+        with _OpCount() as count:
+            opt.step()
+        return count.ops
+
+    per_param, foreach = ops(False), ops(True)
+    assert len(per_param) == 4 * 50  # add, add, mul, add on each of the 50 parameters
+    assert len(foreach) == 4 and all(op.startswith("_foreach_") for op in foreach)
+
+
+def test_build_optimizer_gives_the_foreach_nag():
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], {"name": "nag", "lr": 0.1})
+    assert isinstance(opt, NAG) and opt.foreach
