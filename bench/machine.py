@@ -11,45 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-from pathlib import Path
 from typing import Any
 
-# The flags (as /proc/cpuinfo spells them) that change which kernels oneDNN and ATen run:
-# bf16 autocast and int8 weights are fast only where these exist.
-FLAGS = (
-    "avx2",
-    "fma",
-    "avx512f",
-    "avx512_vnni",
-    "avx512_bf16",
-    "avx512_fp16",
-    "amx_tile",
-    "amx_bf16",
-    "amx_int8",
-)
+# the CPU's name and flags: the library's (the training header prints the same name)
+from convseq.common.machine import FLAGS, cpu_info, parse_cpuinfo
 
-
-def parse_cpuinfo(text: str) -> dict[str, Any]:
-    """The model name and the FLAGS present, from the text of /proc/cpuinfo (first processor)."""
-    model, flags = "", set()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name" and not model:
-            model = value.strip()
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-    return {"model": model, "flags": [f for f in FLAGS if f in flags]}
+__all__ = ["FLAGS", "machine", "machine_line", "parse_cpuinfo"]
 
 
 def machine() -> dict[str, Any]:
     """CPU model, its relevant flags, logical CPUs, torch version, threads and ATen's ISA level."""
-    info: dict[str, Any] = {"model": platform.processor() or platform.machine(), "flags": []}
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        parsed = parse_cpuinfo(cpuinfo.read_text(encoding="utf-8", errors="replace"))
-        info.update({k: v for k, v in parsed.items() if v})
+    info = cpu_info()
     info["cpus"] = os.cpu_count()
     try:
         import torch

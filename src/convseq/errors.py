@@ -7,6 +7,10 @@ class ConvseqError(Exception):
     """Base class of every error convseq raises on purpose (never a bug)."""
 
 
+class SettingError(ConvseqError, ValueError):
+    """A config value convseq cannot use (the message names the key and what to give)."""
+
+
 class DataError(ConvseqError, ValueError):
     """A corpus, dictionary or data-bin is missing, malformed or inconsistent.
 

@@ -217,7 +217,15 @@ def _first_line(e: BaseException) -> str:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning CheckpointIO: atomic, fsynced writes; weights-only reads; CheckpointError."""
+    """Lightning CheckpointIO: atomic, fsynced writes; weights-only reads; CheckpointError.
+
+    `saved_listeners` are called with each file's path once it is written (the job log's
+    checkpoint lines): every checkpoint Lightning and convseq's callbacks write passes here.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved_listeners: list[Callable[[Path], None]] = []
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None
@@ -225,6 +233,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
         atomic_torch_save(checkpoint, path)
+        for listener in self.saved_listeners:
+            listener(Path(path))
 
     def load_checkpoint(
         self,

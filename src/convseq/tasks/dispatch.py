@@ -18,6 +18,7 @@ from convseq.errors import ConvseqError
 from convseq.tasks.command_line import given_overrides, gives
 from convseq.tasks.config_check import check_keys
 from convseq.tasks.schema import TASKS
+from convseq.training.noise import quiet_third_party
 
 # to_plain is convseq.common.plain's, importable here too (scripts and notebooks use it)
 __all__ = ["TASK_MODULES", "dispatch", "task_function", "to_plain"]
@@ -75,6 +76,7 @@ def dispatch(cfg: DictConfig | dict) -> Any:
     a `+` or not. Under Hydra, a task of `CHECKPOINT_TASKS` whose command line chooses no data
     option receives `data: None` (the checkpoint's are used; `_checkpoint_data`).
     """
+    quiet_third_party()  # before Lightning logs or warns: third-party noise, by its text
     try:
         check_keys(cfg)
         plain = to_plain(cfg)

@@ -85,8 +85,14 @@ class TrainerConfig:
     limit_val_batches: Any = None
     num_sanity_val_steps: int = 0
     fast_dev_run: bool = False
-    enable_progress_bar: bool = True
+    enable_progress_bar: bool = True  # false: no bar (progress=auto still writes lines off a TTY)
     deterministic: bool = False
+    # convseq's own (not Trainer arguments): how progress shows, auto | bar | lines | json | none
+    # (auto: the bar on a terminal, a line every log_every_n_steps updates otherwise)
+    progress: str = "auto"
+    # torch threads per process; None: the CPUs this process may use / the processes sharing
+    # them (convseq.common.threads); OMP_NUM_THREADS set before the start also wins over the rule
+    threads: int | None = None
 
 
 @dataclass

@@ -46,6 +46,7 @@ from convseq.checkpoints.io import (
     resolve_resume,
 )
 from convseq.common.plain import to_plain
+from convseq.common.threads import USER_OMP, ThreadChoice, apply_threads, choose_threads
 from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
@@ -61,6 +62,7 @@ from convseq.training.build import (
     stop_reason,
 )
 from convseq.training.callbacks import TrainingInterrupted
+from convseq.training.header import header_lines, log_header
 from convseq.training.interruption import (
     CONTINUE_WITH,
     exit_status,
@@ -71,8 +73,10 @@ from convseq.training.interruption import (
 )
 from convseq.training.intervals import validation_interval
 from convseq.training.module import ConvSeqModule
+from convseq.training.noise import quiet_third_party
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
+from convseq.training.thread_share import ThreadShare
 from convseq.training.trackers import close_trackers, log_test_scores, tracker_resume
 
 __all__ = ["run_train", "train"]
@@ -109,6 +113,7 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
     )
+    quiet_third_party()  # Lightning's litlogger tip and its own deprecation warning
     output_dir = Path(cfg["paths"]["output_dir"]).absolute()
     resume = _open_run_folder(cfg, output_dir)
     run = _build_run(cfg, output_dir, resume, callbacks)
@@ -190,6 +195,7 @@ def _build_run(
     logged after the checkpoint."""
     ckpt_dir = output_dir / CHECKPOINT_DIR
     seed = int(cfg.get("seed", 1))
+    threads = run_threads(cfg)  # each process's share of the CPUs, before anything runs
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])  # convseq's or fairseq's
     module = build_module(cfg, databin)
@@ -206,10 +212,38 @@ def _build_run(
 
     dm = build_datamodule(cfg, module, databin)  # the data-bin prepared above, used as it is
     cbs = build_callbacks(cfg, ckpt_dir, resume)
+    cbs["threads"] = ThreadShare(threads)  # every rank, once the ranks know each other
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir, trackers)
+    if rank_zero_only.rank == 0:
+        log_header(header_lines(cfg, module, data_sizes(databin), threads, output_dir))
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
         truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
     return _Run(cfg, output_dir, resume, module, dm, cbs, trainer)
+
+
+def data_sizes(databin: Any) -> dict[str, Any]:
+    """Languages and per-split sentences and tokens for the header: a convseq data-bin's
+    meta.json; a fairseq folder's sentence counts."""
+    meta = getattr(databin, "meta", None)
+    if isinstance(meta, Mapping):
+        return dict(meta)
+    splits = {}
+    for role in ("train", "valid", "test"):
+        try:
+            splits[role] = {"sentences": len(databin.split(role)[0])}
+        except Exception:  # a split the folder lacks: not shown
+            continue
+    return {"src_lang": databin.src_lang, "tgt_lang": databin.tgt_lang, "splits": splits}
+
+
+def run_threads(cfg: Mapping[str, Any]) -> ThreadChoice:
+    """Choose and set this process's torch threads (`convseq.common.threads`); a job of a
+    sweep run in parallel on this machine takes its share (`convseq.tasks.parallel_jobs`)."""
+    from convseq.tasks.parallel_jobs import sweep_job_cpus
+
+    choice = choose_threads(cfg["trainer"], job_cpus=sweep_job_cpus(), user_omp=USER_OMP)
+    apply_threads(choice)
+    return choice
 
 
 def _fit(run: _Run) -> _Fit:

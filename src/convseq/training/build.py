@@ -33,6 +33,7 @@ from convseq.training.intervals import trainer_arguments as interval_arguments
 from convseq.training.log_interval import LogIntervalClamp
 from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
+from convseq.training.progress import ProgressLines, progress_mode
 from convseq.training.resume_agreement import ResumeAgreement
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
@@ -143,6 +144,15 @@ def build_callbacks(
     # per-update figures at least once an epoch, without Lightning's warning on small corpora
     cbs["log_interval"] = LogIntervalClamp()
     cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
+    shown = progress_mode(cfg["trainer"])
+    if shown in ("lines", "json"):  # the job log: a line per interval, validation, checkpoint, stop
+        max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
+        cbs["progress"] = ProgressLines(
+            shown,
+            stop_reason=lambda trainer: stop_reason(trainer, cbs, max_epochs),
+            monitor=(monitor, mode),
+            patience=cbs.get("patience"),
+        )
     # the trackers' config and run ids (kept in the checkpoint for a resumed run)
     cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)
     for key, callback in config_callbacks(cfg):  # the user's own, from `callbacks`
@@ -162,6 +172,11 @@ def build_trainer(
     of `tracker_state` (`convseq.training.trackers.tracker_resume` of the checkpoint resumed).
     """
     tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
+    # convseq's keys, not Trainer arguments: the bar shows only with progress=bar (or auto on a
+    # terminal); threads are set before the Trainer is made (convseq.common.threads)
+    tcfg["enable_progress_bar"] = progress_mode(cfg["trainer"]) == "bar"
+    tcfg.pop("progress", None)
+    tcfg.pop("threads", None)
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
     tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
     precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
