@@ -87,6 +87,7 @@ from convseq.inference.records import (
     write_nbest,
 )
 from convseq.inference.translator import Translator, numbered
+from convseq.tasks.parallel_jobs import task_threads
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
 
@@ -114,6 +115,7 @@ class Job:
 
 def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """`python run.py task=generate ckpt=...`: see the module docstring. Returns the results."""
+    task_threads(cfg.get("trainer"))  # this process's share of the CPUs
     gen = dict(cfg.get("gen") or {})
     plot_attention = attention_plot_count(gen)
     job = input_job(cfg, gen) if gen.get("input") else split_job(cfg, gen)

@@ -24,6 +24,7 @@ from convseq.errors import ConvseqError
 from convseq.inference.data_match import check_given_data
 from convseq.inference.generation import checkpoint_paths, load_translator
 from convseq.inference.translator import Translator
+from convseq.tasks.parallel_jobs import task_threads
 
 SEPARATOR = " ||| "
 
@@ -92,6 +93,7 @@ def run_interactive(
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout
     stderr = stderr if stderr is not None else sys.stderr
+    task_threads(cfg.get("trainer"))  # this process's share of the CPUs
     _keep_stdout_for_answers(stdout)
     translator = load_translator(cfg, databin=None)
     if cfg.get("data") is not None:  # given: it must be the data the model was trained on

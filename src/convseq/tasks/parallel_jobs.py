@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from convseq.common.threads import affinity
+from convseq.common.threads import USER_OMP, ThreadChoice, affinity, apply_threads, choose_threads
 
-__all__ = ["job_cpus", "sweep_job_cpus", "sweep_size"]
+__all__ = ["job_cpus", "sweep_job_cpus", "sweep_size", "task_threads"]
 
 
 def sweep_size(task_overrides: list[str]) -> int:
@@ -104,3 +104,12 @@ def sweep_job_cpus() -> tuple[int, str] | None:
         except Exception:  # a sweep syntax the basic sweeper's parser does not know
             jobs = 1
     return job_cpus(launcher, sweeper, jobs, len(affinity()))  # type: ignore[arg-type]
+
+
+def task_threads(trainer_cfg: Mapping[str, Any] | None) -> ThreadChoice:
+    """Choose and set this process's torch threads (`convseq.common.threads`) for a task whose
+    `trainer` config this is; a job of a sweep run in parallel on this machine takes its share.
+    """
+    choice = choose_threads(trainer_cfg or {}, job_cpus=sweep_job_cpus(), user_omp=USER_OMP)
+    apply_threads(choice)
+    return choice

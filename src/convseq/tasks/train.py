@@ -46,12 +46,12 @@ from convseq.checkpoints.io import (
     resolve_resume,
 )
 from convseq.common.plain import to_plain
-from convseq.common.threads import USER_OMP, ThreadChoice, apply_threads, choose_threads
 from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
 from convseq.inference.records import write_hypotheses
+from convseq.tasks.parallel_jobs import task_threads
 from convseq.training.bleu import TestBleu
 from convseq.training.build import (
     build_callbacks,
@@ -195,7 +195,7 @@ def _build_run(
     logged after the checkpoint."""
     ckpt_dir = output_dir / CHECKPOINT_DIR
     seed = int(cfg.get("seed", 1))
-    threads = run_threads(cfg)  # each process's share of the CPUs, before anything runs
+    threads = task_threads(cfg["trainer"])  # each process's share of the CPUs, before anything runs
     pl.seed_everything(seed, workers=True, verbose=False)
     databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])  # convseq's or fairseq's
     module = build_module(cfg, databin)
@@ -234,16 +234,6 @@ def data_sizes(databin: Any) -> dict[str, Any]:
         except Exception:  # a split the folder lacks: not shown
             continue
     return {"src_lang": databin.src_lang, "tgt_lang": databin.tgt_lang, "splits": splits}
-
-
-def run_threads(cfg: Mapping[str, Any]) -> ThreadChoice:
-    """Choose and set this process's torch threads (`convseq.common.threads`); a job of a
-    sweep run in parallel on this machine takes its share (`convseq.tasks.parallel_jobs`)."""
-    from convseq.tasks.parallel_jobs import sweep_job_cpus
-
-    choice = choose_threads(cfg["trainer"], job_cpus=sweep_job_cpus(), user_omp=USER_OMP)
-    apply_threads(choice)
-    return choice
 
 
 def _fit(run: _Run) -> _Fit:
