@@ -7,7 +7,8 @@ The rule, in order of precedence:
 
 1. `trainer.threads=N` (the config);
 2. `OMP_NUM_THREADS`, when the user set it before the process started;
-3. the CPUs this process may use (its affinity, which SLURM, `taskset` and containers restrict)
+3. in a script or notebook that calls convseq, a number it set with `torch.set_num_threads`;
+4. the CPUs this process may use (its affinity, which SLURM, `taskset` and containers restrict)
    divided by the processes that share them: `LOCAL_WORLD_SIZE` under torchrun, Lightning's
    devices per node for its own DDP launch, the jobs of a sweep run in parallel on this machine
    (`parallel_jobs`), and, once the process group is up, the ranks found on this host with
@@ -32,6 +33,7 @@ __all__ = [
     "ThreadChoice",
     "affinity",
     "apply_threads",
+    "caller_threads",
     "choose_threads",
     "local_share",
 ]
@@ -39,6 +41,15 @@ __all__ = [
 # OMP_NUM_THREADS as the user set it before this process started: read at import, before
 # Lightning's launcher sets it (in the parent only, after starting its children) for itself.
 USER_OMP: str | None = os.environ.get("OMP_NUM_THREADS")
+# torch's own default, and the last number convseq set: another number was the caller's
+_TORCH_DEFAULT = torch.get_num_threads()
+_applied: int | None = None
+
+
+def caller_threads() -> int | None:
+    """The threads a calling script set with torch.set_num_threads, if it changed them."""
+    n = torch.get_num_threads()
+    return n if n not in (_TORCH_DEFAULT, _applied) else None
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,7 @@ def choose_threads(
     env: Mapping[str, str] | None = None,
     user_omp: str | None = None,
     cpus: int | None = None,
+    caller: int | None = None,
 ) -> ThreadChoice:
     """The threads per process of a run whose `trainer` config this is (see the module docstring).
 
@@ -99,6 +111,7 @@ def choose_threads(
         env: the environment (os.environ); LOCAL_WORLD_SIZE is torchrun's.
         user_omp: OMP_NUM_THREADS as set before start (`USER_OMP`).
         cpus: the CPUs this process may use (default: its affinity).
+        caller: threads a calling script set itself (`caller_threads`).
     """
     env = os.environ if env is None else env
     requested = trainer.get("threads")
@@ -106,6 +119,8 @@ def choose_threads(
         return ThreadChoice(_positive(requested, "trainer.threads"), "trainer.threads")
     if user_omp:
         return ThreadChoice(_positive(user_omp, "OMP_NUM_THREADS"), "OMP_NUM_THREADS")
+    if caller is not None:
+        return ThreadChoice(int(caller), "torch.set_num_threads by the caller")
     n_cpus = len(affinity()) if cpus is None else int(cpus)
     local = env.get("LOCAL_WORLD_SIZE")
     if local:
@@ -142,6 +157,8 @@ def local_share(
 
 def apply_threads(choice: ThreadChoice) -> None:
     """Set torch's intra-op threads (and, before any parallel work started, inter-op ones)."""
+    global _applied
+    _applied = choice.threads
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)
     try:

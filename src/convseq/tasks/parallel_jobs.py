@@ -24,7 +24,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from convseq.common.threads import USER_OMP, ThreadChoice, affinity, apply_threads, choose_threads
+from convseq.common.threads import (
+    USER_OMP,
+    ThreadChoice,
+    affinity,
+    apply_threads,
+    caller_threads,
+    choose_threads,
+)
 
 __all__ = ["job_cpus", "sweep_job_cpus", "sweep_size", "task_threads"]
 
@@ -110,6 +117,8 @@ def task_threads(trainer_cfg: Mapping[str, Any] | None) -> ThreadChoice:
     """Choose and set this process's torch threads (`convseq.common.threads`) for a task whose
     `trainer` config this is; a job of a sweep run in parallel on this machine takes its share.
     """
-    choice = choose_threads(trainer_cfg or {}, job_cpus=sweep_job_cpus(), user_omp=USER_OMP)
+    choice = choose_threads(
+        trainer_cfg or {}, job_cpus=sweep_job_cpus(), user_omp=USER_OMP, caller=caller_threads()
+    )
     apply_threads(choice)
     return choice

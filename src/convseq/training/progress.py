@@ -208,7 +208,8 @@ class ProgressLines(pl.Callback):
         self._pending_valid = False
         self._t0 = time.monotonic()
         self._epoch_t0 = self._t0
-        self._epoch_first = 0  # the epoch's update count when this process started it
+        # updates of the epoch done before this process trained its first batch of it
+        self._epoch_first: int | None = 0
 
     # -- output ---------------------------------------------------------------------------------
     def emit(self, record: dict[str, Any]) -> None:
@@ -245,8 +246,8 @@ class ProgressLines(pl.Callback):
         self._t0 = time.monotonic()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_t0 = time.monotonic()
-        self._epoch_first = self._epoch_update(trainer)
+        # taken at the epoch's first batch: Lightning resets its batch counter after this hook
+        self._epoch_first = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not trainer.is_global_zero or trainer.fit_loop._should_accumulate():
@@ -260,7 +261,7 @@ class ProgressLines(pl.Callback):
         done = trainer.fit_loop.epoch_loop.batch_progress.current.completed + 1
         in_epoch = updates_per_epoch(done, trainer.accumulate_grad_batches)
         total = self._epoch_updates(trainer)
-        done_here = in_epoch - self._epoch_first
+        done_here = in_epoch - (self._epoch_first or 0)
         eta = None
         if total and done_here > 0:
             eta = (now - self._epoch_t0) / done_here * max(total - in_epoch, 0)
@@ -316,6 +317,9 @@ class ProgressLines(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._flush(trainer)
+        if self._epoch_first is None:  # the first batch this process trains in the epoch
+            self._epoch_t0 = time.monotonic()
+            self._epoch_first = self._epoch_update(trainer)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._flush(trainer)
