@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from convseq.tasks.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
 from convseq.tasks.dispatch import dispatch
+from convseq.tasks.hydra_callbacks import job_errors
 from convseq.tasks.schema import register_configs
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -26,7 +27,8 @@ register_configs()
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig):
     """Compose conf/, then run `cfg.task` on the resolved, plain config."""
-    return dispatch(cfg)
+    with job_errors():  # a failed sweep job leaves its error for the sweep report
+        return dispatch(cfg)
 
 
 if __name__ == "__main__":

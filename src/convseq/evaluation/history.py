@@ -19,6 +19,8 @@ from convseq.errors import DataError
 
 METRICS_FILE = "metrics.csv"  # under <run>/csv/
 SUMMARY_FILE = "summary.json"  # in <run>/
+# in <run>/ of a sweep job that raised: its one-line error (convseq.tasks.hydra_callbacks)
+ERROR_FILE = "error.txt"
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, float]]:

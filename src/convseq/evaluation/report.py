@@ -13,7 +13,9 @@ sweep folder:
 - `sweep_report.json`: the same rows and the plotted numbers, for scripts and notebooks.
 
 A job without `summary.json` (it failed, or is still running) is listed from its
-`csv/metrics.csv` as far as that goes, with its status saying so.
+`csv/metrics.csv` as far as that goes, with its status saying so: `failed: <error>` when the job
+left its error in `error.txt` (a sweep job that raised), else `no summary.json (failed or still
+running)`.
 
 An Optuna search (`convseq.evaluation.search_report`) gets the same files, its rows ordered by
 the objective (best first, with an objective column), a paragraph naming the best trial and its
@@ -35,6 +37,7 @@ from typing import Any
 
 from convseq.errors import DataError
 from convseq.evaluation.history import (
+    ERROR_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
     as_float,
@@ -72,6 +75,7 @@ OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 OK = "ok"
 INTERRUPTED = "interrupted"
 NO_SUMMARY = "no summary.json (failed or still running)"
+FAILED = "failed"
 
 
 @dataclass
@@ -83,11 +87,12 @@ class SweepJob:
     overrides: list[str]
     summary: dict[str, Any] | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # the first line of its error.txt, for a job that raised
 
     @property
     def status(self) -> str:
         if self.summary is None:
-            return NO_SUMMARY
+            return f"{FAILED}: {self.error}" if self.error is not None else NO_SUMMARY
         # cut by a signal, mid-epoch ("interrupted") or at an epoch's end ("signal" alone)
         cut = self.summary.get("interrupted") or self.summary.get("signal")
         return INTERRUPTED if cut else OK
@@ -141,7 +146,13 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
         history = [dict(h) for h in summary.get("history") or []]
     else:
         history = history_from_metrics(path / "csv" / METRICS_FILE)
-    return SweepJob(name=name, path=path, overrides=overrides, summary=summary, history=history)
+    error = None
+    if summary is None and (path / ERROR_FILE).is_file():
+        lines = (path / ERROR_FILE).read_text(errors="replace").strip().splitlines()
+        error = lines[0] if lines else "(no message)"
+    return SweepJob(
+        name=name, path=path, overrides=overrides, summary=summary, history=history, error=error
+    )
 
 
 def _key(override: str) -> str:

@@ -1,10 +1,15 @@
 """Hydra callbacks registered in conf/config.yaml (`hydra.callbacks`).
 
 `SweepReport` writes the sweep's summary (`convseq.evaluation.report.write_report`) into `hydra.sweep.dir`
-once every job of a multirun has returned, refuses an Optuna search that cannot start or would
+once every job of a multirun has returned (also when a job failed: Hydra then skips
+`on_multirun_end`, so the report is written as the process exits), refuses an Optuna search that cannot start or would
 optimise the wrong way (`convseq.tasks.optuna_search.check_search`, exit status 2), and refuses to start a multi-process DDP job under a
 local launcher (exit status 2; Lightning's DDP launcher re-executes the command line, `-m` and its sweep
-included, in every extra process: each would start a sweep of its own).
+included, in every extra process: each would start a sweep of its own; under submitit's local
+executor the command line is submitit's job runner, which refuses Hydra's arguments).
+
+`job_errors` (run.py's task function runs inside it) leaves a failed sweep job's one-line error in
+its folder (`error.txt`), which the report shows as the job's status.
 
 This module imports only Hydra: every run instantiates its callbacks, so torch and matplotlib
 are imported only when a report is written.
@@ -12,9 +17,12 @@ are imported only when a report is written.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -24,8 +32,13 @@ log = logging.getLogger(__name__)
 
 # Strategies whose extra processes Lightning starts by re-running sys.argv.
 _RELAUNCHING = ("ddp", "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false")
-# Launchers that run jobs as local processes on this machine (one after another or in a pool).
-_LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+# Launchers that run jobs as local processes on this machine (one after another, in a pool, or
+# as submitit's local jobs, whose command line is submitit's job runner)
+_LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher", "LocalLauncher")
+# A job's error, for the sweep report (convseq.evaluation.history.ERROR_FILE; not imported:
+# that module loads more than this one may).
+_ERROR_FILE = "error.txt"
+_SIGNALLED = 75  # EX_TEMPFAIL: a run cut short by a signal; its summary.json says so
 
 
 def _devices(value: Any) -> int:
@@ -61,18 +74,28 @@ class SweepReport(Callback):
         self.enabled = bool(enabled)
         self.test = bool(test)
         self.x = str(x)
+        self._pending: str | None = None  # the sweep folder while its report is unwritten
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra") or {}
         from convseq.tasks.optuna_search import SearchError, check_search, is_optuna_sweeper
 
-        if not is_optuna_sweeper(hydra_cfg.get("sweeper")):
-            return
-        try:
-            check_search(config)
-        except SearchError as e:  # SystemExit: Hydra turns a callback's exceptions into warnings
-            print(f"convseq: error: {e}", file=sys.stderr)
-            raise SystemExit(2) from e
+        if is_optuna_sweeper(hydra_cfg.get("sweeper")):
+            try:
+                check_search(config)
+            except SearchError as e:  # SystemExit: Hydra turns callback exceptions into warnings
+                print(f"convseq: error: {e}", file=sys.stderr)
+                raise SystemExit(2) from e
+        if self.enabled:
+            # Hydra's sweeper re-raises a failed job's error once the launcher returns (every
+            # job of the batch has run by then) and skips on_multirun_end: the report of the
+            # jobs that ran, the failed one included, is then written as the process exits.
+            self._pending = str(hydra_cfg.sweep.dir)
+            atexit.register(self._report_at_exit)
+
+    def _report_at_exit(self) -> None:
+        if self._pending is not None and any(Path(self._pending).glob("*/.hydra")):
+            self._write(self._pending)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra")
@@ -82,20 +105,24 @@ class SweepReport(Callback):
         trainer = config.get("trainer") or {}
         if launcher.rsplit(".", 1)[-1] in _LOCAL_LAUNCHERS and relaunching_ddp(trainer):
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings.
-            print(
-                f"convseq: error: trainer.strategy={trainer.get('strategy')} with {trainer.get('devices')} "
-                "devices inside a local multirun (-m): Lightning would re-run the whole sweep "
-                "in every extra process. Run each DDP job on its own (no -m), sweep on one "
-                "device per job, or sweep through a cluster launcher "
-                "(hydra/launcher=submitit_slurm); see docs/ddp.md",
-                file=sys.stderr,
+            message = (
+                f"trainer.strategy={trainer.get('strategy')} with {trainer.get('devices')} "
+                "devices inside a local multirun (-m): Lightning would re-run the command line "
+                "(the whole sweep, or submitit's job runner) in every extra process. Run each "
+                "DDP job on its own (no -m), sweep on one device per job, or sweep through "
+                "hydra/launcher=slurm, where SLURM starts the ranks; see docs/ddp.md"
             )
+            print(f"convseq: error: {message}", file=sys.stderr)
+            _record_error(SystemExit(message))
             raise SystemExit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
-        sweep_dir = str(config.hydra.sweep.dir)
+        self._write(str(config.hydra.sweep.dir))
+
+    def _write(self, sweep_dir: str) -> None:
+        self._pending = None
         try:
             from convseq.evaluation.report import write_report
 
@@ -113,3 +140,36 @@ class SweepReport(Callback):
         print(f"convseq: sweep report: {files['markdown']}", flush=True)
         if "best" in files:  # an Optuna search: its best trial, ready to paste
             print(f"convseq: best trial: {files['best']}", flush=True)
+
+
+@contextlib.contextmanager
+def job_errors() -> Iterator[None]:
+    """Inside a multirun job: leave the job's error in `<job folder>/error.txt`, then re-raise.
+
+    convseq's one-line errors end a job with SystemExit (status 2), which neither Hydra's job
+    record nor its `on_job_end` callbacks see; other errors are Exceptions. Either way the sweep
+    report lists the job as `failed: <error>` rather than as possibly still running.
+    """
+    try:
+        yield
+    except (Exception, SystemExit) as e:
+        code = e.code if isinstance(e, SystemExit) else 1
+        if code not in (None, 0, _SIGNALLED):
+            _record_error(e)
+        raise
+
+
+def _record_error(e: BaseException) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    cause = e.__cause__ if isinstance(e, SystemExit) and e.__cause__ is not None else e
+    if isinstance(cause, SystemExit):  # SystemExit("message"): the message is its code
+        message = str(cause.code)
+    else:
+        message = f"{type(cause).__name__}: {cause}"
+    line = (message.strip().splitlines() or ["(no message)"])[0]
+    with contextlib.suppress(OSError):  # the error itself matters more than its record
+        (Path(HydraConfig.get().runtime.output_dir) / _ERROR_FILE).write_text(line + "\n")
