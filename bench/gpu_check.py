@@ -2,12 +2,13 @@
 
 What it does, in order (docs/gpu.md explains each row):
 
-1. Trains the `fconv_iwslt_de_en` preset with the Multi30k recipe (`experiment=multi30k_fconv`,
-   or `data=toy` when `<data root>/multi30k/` is absent) for `--updates` updates in fp32 and in
+1. Compares training on the device with training on the CPU (`bench/gpu_parity.py`): fp32,
+   bf16-mixed and 16-mixed runs of `--parity-updates` updates with dropout 0 against a CPU fp32
+   run of the same seed and batches: the first update's gradient norm, the loss of the last
+   update and the parameters' change, each within a tolerance per precision. Then trains the
+   `fconv_iwslt_de_en` preset with the Multi30k recipe (`experiment=multi30k_fconv`, or
+   `data=toy` when `<data root>/multi30k/` is absent) for `--updates` updates in fp32 and in
    `16-mixed`, through `convseq.tasks.train.train`: target words per second, peak GPU memory.
-   The first update's loss on the GPU must equal a CPU run's: same seed, same batch, within
-   1e-3 (fp32) and 1e-2 (16-mixed) relative. These comparisons run one update with dropout 0:
-   the CPU and the CUDA generators draw different dropout masks from the same seed.
 2. Trains the big `fconv_wmt_en_de` preset on synthetic batches (random token ids, a fixed
    shape) in fp32 and 16-mixed (autocast + GradScaler): target tokens per second, peak memory.
 3. Translates the first 200 test sentences with beam 5 on the GPU and on the CPU, from the fp32
@@ -43,6 +44,7 @@ from typing import Any
 
 import torch
 
+from gpu_parity import FAULTS, compare, describe, parity_overrides, parity_run
 from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,10 +53,10 @@ DEFAULT_DATA_ROOT = ROOT.parent / "shared" / "data"
 
 PRESET = "fconv_iwslt_de_en"
 BIG_PRESET = "fconv_wmt_en_de"
-FP32, MIXED = "32-true", "16-mixed"
-PRECISIONS_ALL = (FP32, MIXED)
-LABEL = {FP32: "fp32", MIXED: "16-mixed"}
-RTOL = {FP32: 1e-3, MIXED: 1e-2}  # first-update loss, GPU vs CPU, relative
+FP32, BF16, MIXED = "32-true", "bf16-mixed", "16-mixed"
+PRECISIONS_ALL = (FP32, MIXED)  # the measured training runs
+PARITY_ALL = (FP32, BF16, MIXED)  # the runs compared with the CPU
+LABEL = {FP32: "fp32", BF16: "bf16-mixed", MIXED: "16-mixed"}
 BEAM_BATCH = 128  # sentences per batch in the translation checks
 SKIP_UPDATES = 10  # updates left out of the wps figure: allocator and kernel warm-up
 MIXED_ON_CPU = "fp16 autocast on the CPU is not the GPU path"
@@ -85,6 +87,9 @@ class Plan:
     device: str  # "cuda" or "cpu": where the measured runs go
     updates: int
     precisions: tuple[str, ...]
+    parity: tuple[str, ...]  # precisions compared with the CPU
+    parity_updates: int
+    inject: str | None  # a fault planted in the device's parity runs (the tests' mutation check)
     beam_sentences: int
     big_batch: tuple[int, int]  # (sentences, tokens each): source and target alike
     big_vocab: int
@@ -101,6 +106,9 @@ class Plan:
                 device="cpu",
                 updates=min(args.updates, 4),
                 precisions=(FP32,),
+                parity=(FP32, BF16),  # bf16 autocast is real on the CPU; fp16 is not the GPU's
+                parity_updates=min(args.parity_updates, 8),
+                inject=args.inject,
                 beam_sentences=8,
                 big_batch=(4, 8),
                 big_vocab=1000,
@@ -113,6 +121,9 @@ class Plan:
             device="cuda",
             updates=args.updates,
             precisions=(FP32, MIXED),
+            parity=PARITY_ALL,
+            parity_updates=args.parity_updates,
+            inject=args.inject,
             beam_sentences=args.sentences,
             big_batch=args.big_batch,
             big_vocab=args.big_vocab,
@@ -263,7 +274,7 @@ def run_overrides(device: str, precision: str, updates: int, final_test: bool) -
         f"trainer.accelerator={'gpu' if device == 'cuda' else 'cpu'}",
         "trainer.devices=1",
         f"trainer.precision={precision}",
-        f"max_update={updates}",
+        *([f"max_update={updates}"] if updates else []),  # 0: the caller sets the length
         # 0 = no epoch limit: max_update stops the run (an epoch of Multi30k is ~134 updates).
         "trainer.max_epochs=0",
         "trainer.log_every_n_steps=1",
@@ -302,39 +313,43 @@ def steady_wps(updates: list[dict[str, float]]) -> float:
     return tokens / seconds if seconds > 0 else math.nan
 
 
-def first_update_loss(base: list[str], device: str, precision: str, out: Path) -> float:
-    """train/loss of a one-update run with dropout 0 (no device-specific dropout masks)."""
-    overrides = [
-        *base,
-        *run_overrides(device, precision, 1, final_test=False),
-        "model.dropout=0",
-        # 2 validation batches: enough for best.ckpt. (The schema types this key as a float,
-        # so "1" would mean 100%, not one batch.)
-        "trainer.limit_val_batches=2",
-    ]
-    run = train_run(compose(overrides, out), device)
-    return float(run["updates"][0]["train/loss"])
+@contextmanager
+def threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `n` for a while (None: left alone)."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
-def loss_checks(report: Report, plan: Plan, base: list[str], out: Path) -> None:
-    """First-update loss on the measured device vs the CPU, per precision."""
-    print("gpu_check: first-update loss, CPU reference", flush=True)
-    cpu = first_update_loss(base, "cpu", FP32, out / "probe-cpu")
-    figures: dict[str, Any] = {"cpu": cpu}
-    for precision in PRECISIONS_ALL:
-        name = f"first-update loss {LABEL[precision]} vs CPU"
-        if precision not in plan.precisions:
+def parity_checks(report: Report, plan: Plan, base: list[str], out: Path) -> None:
+    """Training on the device in each precision against the CPU in fp32 (gpu_parity.py)."""
+    common = [*base, *parity_overrides(plan.parity_updates)]
+    print(f"gpu_check: parity, CPU fp32 reference ({plan.parity_updates} updates)", flush=True)
+    # The dry run compares the CPU with itself: one thread against two gives the reference
+    # other reduction orders, as a device would.
+    with threads(1 if plan.dry_run else None), quiet_lightning():
+        ref = parity_run(compose, [*common, *run_overrides("cpu", FP32, 0, False)], out / "par-cpu")
+    figures: dict[str, Any] = {"reference": {k: ref[k] for k in ("gnorm_1", "loss_n")}}
+    if plan.inject:
+        figures["injected"] = {"fault": plan.inject, "what": FAULTS[plan.inject][0]}
+    for precision in PARITY_ALL:
+        name = f"parity {LABEL[precision]} vs CPU"
+        if precision not in plan.parity:
             figures[LABEL[precision]] = {"skipped": MIXED_ON_CPU}
             report.skip(name, MIXED_ON_CPU)
             continue
-        print(f"gpu_check: first-update loss, {plan.device} {LABEL[precision]}", flush=True)
-        loss = first_update_loss(base, plan.device, precision, out / f"probe-{LABEL[precision]}")
-        rel = abs(loss - cpu) / abs(cpu)
-        ok = math.isfinite(loss) and rel <= RTOL[precision]
-        figures[LABEL[precision]] = {"loss": loss, "rel_diff": rel, "rtol": RTOL[precision]}
-        value = f"{loss:.6f} vs {cpu:.6f} (rel {rel:.1e}, tol {RTOL[precision]:.0e})"
-        report.row(name, value, ok)
-    report.figures["first_loss"] = figures
+        print(f"gpu_check: parity, {plan.device} {LABEL[precision]}", flush=True)
+        overrides = [*common, *run_overrides(plan.device, precision, 0, False)]
+        with quiet_lightning():
+            run = parity_run(compose, overrides, out / f"par-{LABEL[precision]}", plan.inject)
+        result = compare(run, ref, precision)
+        figures[LABEL[precision]] = {**result, "gnorm_1": run["gnorm_1"], "loss_n": run["loss_n"]}
+        report.row(name, describe(result), all(result["ok"].values()))
+    report.figures["parity"] = figures
 
 
 def training_measurements(report: Report, plan: Plan, base: list[str], out: Path) -> dict:
@@ -606,6 +621,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="the same path on the CPU, tiny sizes")
     p.add_argument("--updates", type=int, default=300, help="updates per training run")
     p.add_argument(
+        "--parity-updates", type=int, default=20, help="updates of each run compared with the CPU"
+    )
+    p.add_argument(
+        "--only", choices=["parity"], help="run the comparison with the CPU alone (no timings)"
+    )
+    p.add_argument(
+        "--inject",
+        choices=sorted(FAULTS),
+        help="plant a fault in the device's parity runs (the check must then fail)",
+    )
+    p.add_argument(
         "--data-root",
         help="folder holding multi30k/ (default $CONVSEQ_DATA_ROOT, "
         "else ../shared/data); toy corpus when absent",
@@ -635,7 +661,9 @@ def check_all(args: argparse.Namespace, plan: Plan, out: Path) -> tuple[Report, 
     report = Report(environment(plan))
     base, corpus = corpus_overrides(args, plan, out)
     report.figures["corpus"] = corpus
-    loss_checks(report, plan, base, out)
+    parity_checks(report, plan, base, out)
+    if args.only == "parity":
+        return report, corpus
     fp32 = training_measurements(report, plan, base, out)
     big_measurements(report, plan, out)
     summary = fp32["summary"]

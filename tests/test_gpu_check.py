@@ -20,8 +20,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import machine, machine_line  # noqa: E402
 
 ROWS = [
-    "first-update loss fp32 vs CPU",
-    "first-update loss 16-mixed vs CPU",
+    "parity fp32 vs CPU",
+    "parity bf16-mixed vs CPU",
+    "parity 16-mixed vs CPU",
     "train fp32",
     "train 16-mixed",
     "big preset fp32",
@@ -71,10 +72,10 @@ def test_dry_run_prints_the_table(dry_run):
     assert f"torch {torch.__version__}" in out
     rows = table_rows(out)
     assert set(rows) == set(ROWS)
-    assert rows["first-update loss fp32 vs CPU"] == "PASS"
+    assert rows["parity fp32 vs CPU"] == "PASS" and rows["parity bf16-mixed vs CPU"] == "PASS"
     assert rows["beam 5 cpu vs CPU"] == "PASS"
     assert rows["end-of-training test device"] == "PASS"
-    for name in ("train 16-mixed", "big preset 16-mixed", "first-update loss 16-mixed vs CPU"):
+    for name in ("train 16-mixed", "big preset 16-mixed", "parity 16-mixed vs CPU"):
         assert rows[name] == "skip"
     assert "all checks passed" in out
 
@@ -104,13 +105,38 @@ def test_dry_run_training_figures(dry_run):
     assert "CPU" in result["train"]["16-mixed"]["skipped"]
 
 
-def test_dry_run_first_update_loss_is_the_cpu_loss(dry_run):
-    first = dry_run["json"]["first_loss"]
-    assert math.isfinite(first["cpu"])
-    # CPU against CPU, same seed and batch, dropout 0: the same number
-    assert first["fp32"]["loss"] == pytest.approx(first["cpu"], rel=1e-6)
-    assert first["fp32"]["rel_diff"] <= 1e-6 and first["fp32"]["rtol"] == 1e-3
-    assert "skipped" in first["16-mixed"]
+def test_dry_run_parity_compares_the_three_figures_with_the_cpu(dry_run):
+    parity = dry_run["json"]["parity"]
+    ref = parity["reference"]
+    assert math.isfinite(ref["gnorm_1"]) and ref["gnorm_1"] > 0
+    for label in ("fp32", "bf16-mixed"):
+        result = parity[label]
+        assert result["updates"] == 8 and all(result["ok"].values())
+        # the relative differences are those of the figures the runs logged
+        assert result["rel"]["gnorm_1"] == pytest.approx(
+            abs(result["gnorm_1"] - ref["gnorm_1"]) / ref["gnorm_1"]
+        )
+        assert result["rel"]["loss_n"] == pytest.approx(
+            abs(result["loss_n"] - ref["loss_n"]) / ref["loss_n"]
+        )
+    # bf16 autocast rounds: it is not the fp32 run (a check that compared nothing would be)
+    assert parity["bf16-mixed"]["rel"]["gnorm_1"] > 0
+    assert "skipped" in parity["16-mixed"]
+
+
+@pytest.mark.parametrize("fault", ["uniform_logits", "no_attention", "sentence_norm", "skip_step"])
+def test_each_planted_fault_fails_the_check(fault, tmp_path):
+    """The bugs a loss-at-initialisation comparison let through: each must fail both the fp32
+    and the bf16-mixed comparison, and the check exits 1."""
+    out_json = tmp_path / "out.json"
+    args = ["--dry-run", "--only", "parity", "--inject", fault, "--json", str(out_json)]
+    proc = run_script(args, tmp_path / "cache", timeout=240)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out_json.read_text())
+    assert result["parity"]["injected"]["fault"] == fault
+    failed = {c["name"] for c in result["checks"] if not c["ok"]}
+    assert failed == {"parity fp32 vs CPU", "parity bf16-mixed vs CPU"}
+    assert "SOME CHECKS FAILED" in proc.stdout
 
 
 def test_dry_run_big_preset_and_translation(dry_run):
@@ -124,7 +150,7 @@ def test_dry_run_big_preset_and_translation(dry_run):
     assert beam["share"] == 1.0 and beam["mismatches"] == []
     assert beam["beam1_sent_per_s"] > 0 and beam["beam5_sent_per_s"] > 0
     assert result["test_device"] == "cpu"
-    assert [c["ok"] for c in result["checks"]] == [True, True, True]
+    assert [c["ok"] for c in result["checks"]] == [True, True, True, True]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
