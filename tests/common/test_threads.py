@@ -87,8 +87,10 @@ def test_caller_threads_and_apply(monkeypatch):
         other = 1 if before != 1 else 2
         torch.set_num_threads(other)
         assert threads.caller_threads() == other  # the caller changed it
-        threads.apply_threads(ThreadChoice(other, "test"))
+        threads.apply_threads(ThreadChoice(other, "torch.set_num_threads by the caller"))
+        assert threads.caller_threads() == other  # still the caller's, for the next run
+        threads.apply_threads(ThreadChoice(other, "affinity 8 / 8 local processes (x)"))
         assert torch.get_num_threads() == other
-        assert threads.caller_threads() is None  # convseq's own number is not the caller's
+        assert threads.caller_threads() is None  # the rule's own number is not the caller's
     finally:
         torch.set_num_threads(before)

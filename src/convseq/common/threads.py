@@ -41,7 +41,8 @@ __all__ = [
 # OMP_NUM_THREADS as the user set it before this process started: read at import, before
 # Lightning's launcher sets it (in the parent only, after starting its children) for itself.
 USER_OMP: str | None = os.environ.get("OMP_NUM_THREADS")
-# torch's own default, and the last number convseq set: another number was the caller's
+# torch's own default, and the last number the rule (not a user's setting) gave: any other
+# number was set by the calling script
 _TORCH_DEFAULT = torch.get_num_threads()
 _applied: int | None = None
 
@@ -158,7 +159,8 @@ def local_share(
 def apply_threads(choice: ThreadChoice) -> None:
     """Set torch's intra-op threads (and, before any parallel work started, inter-op ones)."""
     global _applied
-    _applied = choice.threads
+    if choice.source.startswith("affinity") or "parallel jobs" in choice.source:
+        _applied = choice.threads  # the rule's: not to be taken for the caller's next time
     if torch.get_num_threads() != choice.threads:
         torch.set_num_threads(choice.threads)
     try:
