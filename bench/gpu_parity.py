@@ -168,3 +168,43 @@ def describe(result: dict[str, Any]) -> str:
         f" (tol {result['tol'][k]:.0e})"
         for k in FIGURES
     )
+
+
+# Two hypotheses whose length-normalised log-probabilities (natural log, per token) are closer
+# than this are a near-tie: another device's rounding may order them the other way.
+TIE_MARGIN = 1e-3
+
+
+def beam_agreement(
+    cpu_records: Sequence[dict[str, Any]], device_texts: Sequence[str], margin: float = TIE_MARGIN
+) -> dict[str, Any]:
+    """Compare the device's best hypotheses with the CPU's, forgiving near-ties only.
+
+    Args:
+        cpu_records: the CPU's translation records (`Translator.translate_records` with
+            nbest >= 2), in input order.
+        device_texts: the device's best hypothesis of each sentence.
+        margin: the largest score gap between the CPU's two best that counts as a near-tie.
+
+    Returns:
+        identical (sentences equal), ties (different, but the device's is the CPU's second
+        and the gap is below the margin), mismatches (the rest, the first three listed).
+    """
+    identical, ties, mismatches = 0, 0, []
+    for i, (record, text) in enumerate(zip(cpu_records, device_texts, strict=True)):
+        hyps = record["hypotheses"]
+        if hyps[0]["text"] == text:
+            identical += 1
+            continue
+        gap = float(hyps[0]["score"] - hyps[1]["score"]) if len(hyps) > 1 else math.inf
+        if len(hyps) > 1 and hyps[1]["text"] == text and gap < margin:
+            ties += 1
+            continue
+        mismatches.append({"line": i, "cpu": hyps[0]["text"], "device": text, "gap": gap})
+    return {
+        "identical": identical,
+        "ties": ties,
+        "mismatched": len(mismatches),
+        "mismatches": mismatches[:3],
+        "margin": margin,
+    }

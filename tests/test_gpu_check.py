@@ -146,8 +146,8 @@ def test_dry_run_big_preset_and_translation(dry_run):
     assert big["params_m"] > 0 and math.isfinite(big["last_loss"])
     assert result["big"]["channel_divisor"] == 32 and result["big"]["batch"] == "4x8"
     beam = result["beam"]
-    assert beam["sentences"] == 8 and beam["identical"] == 8
-    assert beam["share"] == 1.0 and beam["mismatches"] == []
+    assert beam["sentences"] == 8 and beam["identical"] == 8 and beam["ties"] == 0
+    assert beam["share"] == 1.0 and beam["mismatches"] == [] and beam["mismatched"] == 0
     assert beam["beam1_sent_per_s"] > 0 and beam["beam5_sent_per_s"] > 0
     assert result["test_device"] == "cpu"
     assert [c["ok"] for c in result["checks"]] == [True, True, True, True]
@@ -159,3 +159,25 @@ def test_without_cuda_it_exits_2_and_names_dry_run(tmp_path):
     assert proc.returncode == 2
     assert "no CUDA device" in proc.stderr and "--dry-run" in proc.stderr
     assert proc.stdout == ""
+
+
+def _record(*hyps: tuple[str, float]) -> dict[str, Any]:
+    return {"hypotheses": [{"text": t, "score": s} for t, s in hyps]}
+
+
+def test_beam_agreement_forgives_near_ties_only():
+    from gpu_parity import beam_agreement
+
+    cpu = [
+        _record(("a b", -0.50), ("a c", -0.90)),  # a clear best
+        _record(("x y", -0.400), ("x z", -0.4004)),  # a near-tie (gap 4e-4)
+        _record(("p q", -0.30), ("p r", -0.31)),  # gap 1e-2: not a tie
+        _record(("m n", -0.20), ("m o", -0.2001)),  # a tie, but the device found a third
+    ]
+    result = beam_agreement(cpu, ["a b", "x z", "p r", "m k"], margin=1e-3)
+    assert (result["identical"], result["ties"], result["mismatched"]) == (1, 1, 2)
+    assert [m["line"] for m in result["mismatches"]] == [2, 3]
+    assert result["mismatches"][0]["gap"] == pytest.approx(0.01)
+    assert beam_agreement(cpu, ["a b", "x y", "p q", "m n"])["identical"] == 4
+    with pytest.raises(ValueError):  # one device hypothesis per sentence
+        beam_agreement(cpu, ["a b"])
