@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import pytorch_lightning as pl
+import torch
 
 from convseq.errors import NonFiniteError
 from convseq.tasks.train import train
@@ -100,6 +101,38 @@ def test_bf16_is_refused_on_a_gpu_without_bfloat16_naming_what_to_use(monkeypatc
     check_bf16({**trainer, "precision": "16-mixed"})  # fp16 is fine there
     fake_gpu(monkeypatch, (8, 0), "NVIDIA A100")
     check_bf16(trainer)  # Ampere has it
+
+
+def test_16_mixed_below_capability_7_warns_with_the_fp32_advice(monkeypatch, caplog):
+    trainer = {"accelerator": "gpu", "devices": 1, "precision": "16-mixed"}
+    fake_gpu(monkeypatch, (6, 1), "Tesla P40")
+    with caplog.at_level("WARNING", logger=amp.__name__):
+        messages = amp.warn_fp16(trainer)
+    assert len(messages) == 1 and "Tesla P40 (compute capability 6.1)" in messages[0]
+    assert "trainer.precision=32-true" in messages[0] and messages[0] in caplog.text
+    assert amp.warn_fp16({**trainer, "precision": "32-true"}) == []  # fp32: nothing to say
+    assert amp.warn_fp16({**trainer, "accelerator": "cpu"}) == []  # no GPU in the run
+    fake_gpu(monkeypatch, (7, 0), "Tesla V100")
+    assert amp.warn_fp16(trainer) == []  # tensor cores from 7.0
+
+
+def test_gen_bf16_is_judged_by_the_capability_of_the_device_in_use(monkeypatch):
+    from convseq.inference import precision as gen_precision
+
+    asked = []
+
+    def capability(device=None):
+        asked.append(device)
+        return (8, 0) if torch.device(device).index == 0 else (7, 0)
+
+    monkeypatch.setattr(gen_precision.torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(gen_precision.torch.cuda, "get_device_name", lambda d=None: "GPU X")
+    # is_bf16_supported() would say yes (emulation, or the current device): not asked any more
+    monkeypatch.setattr(gen_precision.torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    gen_precision.check_precision("bf16", "cuda:0")
+    with pytest.raises(PrecisionError, match=r"GPU X \(cuda:1, compute capability 7\.0\)"):
+        gen_precision.check_precision("bf16", "cuda:1")
+    assert [torch.device(d).index for d in asked] == [0, 1]
 
 
 def test_a_16_mixed_trainer_gets_the_configured_scaler(tiny_data, tmp_path):

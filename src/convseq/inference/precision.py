@@ -46,10 +46,14 @@ def check_precision(precision: str, device: torch.device | str = "cpu") -> None:
         raise PrecisionError(f"gen.precision={precision!r}: choose one of {', '.join(PRECISIONS)}")
     if precision == "bf16":
         if device.type == "cuda":
-            if not torch.cuda.is_bf16_supported():
+            # the device in use, by its capability: torch.cuda.is_bf16_supported() asks about
+            # the current device and counts emulation (slower than fp32) as support
+            major, minor = torch.cuda.get_device_capability(device)
+            if (major, minor) < (8, 0):
                 raise PrecisionError(
-                    f"gen.precision=bf16: {torch.cuda.get_device_name(device)} has no bf16 "
-                    "arithmetic; use gen.precision=fp32"
+                    f"gen.precision=bf16: {torch.cuda.get_device_name(device)} ({device}, "
+                    f"compute capability {major}.{minor}) has no bf16 arithmetic (it needs 8.0, "
+                    "Ampere or newer); use gen.precision=fp32"
                 )
         elif not cpu_has("bf16"):
             raise PrecisionError(

@@ -15,6 +15,7 @@ it is refused with a message.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from convseq.errors import NonFiniteError
 from convseq.inference.precision import PrecisionError, cpu_has, device_type
 
 FP16 = ("16-mixed", "16")
+log = logging.getLogger(__name__)
 BF16 = ("bf16-mixed", "bf16")
 
 
@@ -65,6 +67,35 @@ def scale_window(amp: Mapping[str, Any], trainer: Mapping[str, Any]) -> int:
     return int(window)
 
 
+def cuda_devices(trainer: Mapping[str, Any]) -> list[tuple[int, str, tuple[int, int]]]:
+    """(index, name, compute capability) of the CUDA devices `trainer` trains on; [] on the
+    CPU or without CUDA (Lightning reports a missing GPU itself)."""
+    if device_type(trainer.get("accelerator")) == "cpu" or not torch.cuda.is_available():
+        return []
+    devices = trainer.get("devices", 1)
+    ids = list(devices) if isinstance(devices, (list, tuple)) else range(torch.cuda.device_count())
+    return [(i, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in ids]
+
+
+def warn_fp16(trainer: Mapping[str, Any]) -> list[str]:
+    """16-mixed below compute capability 7.0 (a P40, 6.1): no fp16 tensor cores, so fp16 buys
+    no speed there and adds loss scaling and its skipped updates. Logs the advice (fp32) once per
+    such device and returns the messages."""
+    if str(trainer.get("precision")) not in FP16:
+        return []
+    messages = [
+        f"trainer.precision={trainer.get('precision')} on {name} (compute capability "
+        f"{major}.{minor}): below 7.0 a GPU has no fp16 tensor cores, so fp16 is not faster than "
+        "fp32 there and adds loss scaling (skipped updates); trainer.precision=32-true is the "
+        "choice on this card"
+        for _, name, (major, minor) in cuda_devices(trainer)
+        if (major, minor) < (7, 0)
+    ]
+    for message in messages:
+        log.warning(message)
+    return messages
+
+
 def check_bf16(trainer: Mapping[str, Any]) -> None:
     """Refuse bf16 where it has no arithmetic: CUDA devices of compute capability < 8.0, and
     CPUs without AVX-512 BF16 (there bf16 is emulated, slower than fp32)."""
@@ -79,14 +110,8 @@ def check_bf16(trainer: Mapping[str, Any]) -> None:
                 "(e.g. AMD Zen 4, Intel Cooper Lake / Sapphire Rapids) or an Ampere+ GPU"
             )
         return
-    if not torch.cuda.is_available():
-        return  # Lightning reports the missing GPU itself
-    devices = trainer.get("devices", 1)
-    ids = list(devices) if isinstance(devices, (list, tuple)) else range(torch.cuda.device_count())
-    for i in ids:
-        major, minor = torch.cuda.get_device_capability(i)
+    for _, name, (major, minor) in cuda_devices(trainer):
         if (major, minor) < (8, 0):
-            name = torch.cuda.get_device_name(i)
             raise PrecisionError(
                 f"trainer.precision={trainer.get('precision')}: {name} (compute capability "
                 f"{major}.{minor}) has no bfloat16 arithmetic (it needs 8.0, Ampere or newer); "
@@ -104,6 +129,7 @@ def precision_plugins(cfg: Mapping[str, Any]) -> tuple[str | None, list[Any]]:
     trainer = cfg["trainer"]
     precision = trainer.get("precision")
     check_bf16(trainer)
+    warn_fp16(trainer)
     if str(precision) not in FP16:
         return precision, []
     amp = cfg.get("amp") or {}
