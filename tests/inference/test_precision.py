@@ -153,3 +153,17 @@ def test_gen_precision_reaches_task_generate(tiny_data, tmp_path_factory, tmp_pa
     )
     with pytest.raises(PrecisionError, match="int8 runs on the CPU only"):
         load_translator(cfg, databin=None)
+
+
+def test_generation_runs_in_gen_precision_whatever_trainer_precision_says(monkeypatch):
+    """A training setting (bf16-mixed autocast) must not slip under an fp32 generate run whose
+    results file says fp32: the predict Trainer is always full precision."""
+    from convseq.inference.generation import predict_trainer
+
+    made = []
+    monkeypatch.setattr(
+        "convseq.inference.generation.pl.Trainer", lambda **kw: made.append(kw) or kw
+    )
+    predict_trainer({"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed"})
+    predict_trainer({"accelerator": "cpu", "devices": 1, "precision": "16-mixed"})
+    assert [kw["precision"] for kw in made] == ["32-true", "32-true"]

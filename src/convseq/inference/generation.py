@@ -283,7 +283,8 @@ def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = Fals
     """A Trainer for trainer.predict (no logger, no checkpoints) on ``trainer.devices`` devices.
 
     With several devices (``trainer.strategy=ddp``, or ``trainer=ddp``) each rank translates its
-    share of the split; `GenerationModule` gathers the records.
+    share of the split; `GenerationModule` gathers the records. ``trainer.precision`` is not
+    used: generation runs in ``gen.precision``.
     """
     tcfg = dict(trainer_cfg or {})
     return pl.Trainer(
@@ -291,7 +292,9 @@ def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = Fals
         devices=tcfg.get("devices", 1),
         num_nodes=int(tcfg.get("num_nodes", 1) or 1),
         strategy=tcfg.get("strategy", "auto") or "auto",
-        precision=tcfg.get("precision", "32-true"),
+        # gen.precision alone decides the arithmetic (the model copy is cast to it), so that
+        # the results file records what ran; trainer.precision is training's setting
+        precision="32-true",
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
