@@ -151,3 +151,32 @@ def test_unknown_generation_options_are_refused():
     with pytest.raises(TypeError, match=r"unknown generation option\(s\) \['beam_size'\]"):
         GenOptions.from_mapping({}, beam_size=3)
     assert GenOptions.from_mapping({"beam": 2, "max_tokens": 10}).beam == 2
+
+
+def test_generation_batches_are_pinned_when_the_module_is_on_a_gpu(monkeypatch):
+    """Page-locked batches copy to a GPU without blocking the host; on the CPU they would cost
+    a copy for nothing."""
+    import types
+
+    from torch import nn
+
+    from convseq.data.dataset import LanguagePairDataset
+    from convseq.inference.generation import GenerationModule, batch_loader
+
+    asked = []
+    stub = types.SimpleNamespace(models=[nn.Linear(1, 1)], max_source_positions=lambda: 100)
+    module = GenerationModule(stub, None, lambda **kw: asked.append(kw) or kw)
+    module._trainer = types.SimpleNamespace(world_size=2, global_rank=1)
+    for device in (torch.device("cpu"), torch.device("cuda", 0)):
+        module._device = device
+        module.predict_dataloader()
+    assert asked == [
+        {"shard_of": (1, 2), "pin_memory": False},
+        {"shard_of": (1, 2), "pin_memory": True},
+    ]
+    data = LanguagePairDataset([np.array([4, 5, 2]), np.array([6, 2])], None, pad=1)
+    gen = {"max_tokens": 100, "batch_size": None}
+    # (a pinned DataLoader needs CUDA to exist: what it is given is checked instead)
+    monkeypatch.setattr("convseq.inference.generation.DataLoader", lambda *a, **kw: kw)
+    assert batch_loader(data, stub, gen, "x", pin_memory=True)["pin_memory"] is True
+    assert batch_loader(data, stub, gen, "x")["pin_memory"] is False

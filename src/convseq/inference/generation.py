@@ -122,6 +122,7 @@ def split_loader(
     split: str,
     gen: Mapping[str, Any],
     shard_of: tuple[int, int] = (0, 1),
+    pin_memory: bool = False,
 ) -> DataLoader:
     """Batches of the split's sources, by ``gen.max_tokens`` and/or ``gen.batch_size``.
 
@@ -137,7 +138,7 @@ def split_loader(
         lines = databin.text(split, "src")
         encoded, _ = translator.encode_lines(lines, lambda cut: f"{split}: {len(cut)} line(s)")
         dataset = LanguagePairDataset(encoded, None, pad=translator.src_dict.pad())
-    return batch_loader(dataset, translator, gen, split, shard_of)
+    return batch_loader(dataset, translator, gen, split, shard_of, pin_memory=pin_memory)
 
 
 def batch_loader(
@@ -147,11 +148,13 @@ def batch_loader(
     name: str,
     shard_of: tuple[int, int] = (0, 1),
     locate: Callable[[int], tuple[str, int]] | None = None,
+    pin_memory: bool = False,
 ) -> DataLoader:
     """Batches of ``dataset``'s sources, made as a split's are (length-sorted, token budget).
 
     ``name`` is the data's name in messages; ``locate(i)`` gives (file, line) of sentence ``i``
-    for them, when the sentences come from a text file.
+    for them, when the sentences come from a text file. ``pin_memory``: page-locked batches,
+    which copy to a GPU without blocking the host.
     """
     max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
     if max_tokens is None and batch_size is None:
@@ -181,7 +184,9 @@ def batch_loader(
         name,
     )
     batches = BatchList(shard(batches, *shard_of))  # one process' batches, every world-th
-    return DataLoader(dataset, batch_sampler=batches, collate_fn=dataset.collater)
+    return DataLoader(
+        dataset, batch_sampler=batches, collate_fn=dataset.collater, pin_memory=pin_memory
+    )
 
 
 def split_batches(
@@ -240,7 +245,11 @@ class GenerationModule(pl.LightningModule):
 
     def predict_dataloader(self) -> DataLoader:
         # built here, once the ranks are known (Lightning starts them after the module exists)
-        return self.batches(shard_of=(self.global_rank, self.trainer.world_size))
+        # Lightning has moved the module by now: pinned batches when it is on a GPU
+        return self.batches(
+            shard_of=(self.global_rank, self.trainer.world_size),
+            pin_memory=self.device.type == "cuda",
+        )
 
     def on_predict_epoch_start(self) -> None:
         self._mine, self.records = [], []
