@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from convseq.common.plain import to_plain
+from convseq.common.tf32 import set_tf32
 from convseq.errors import ConvseqError
 from convseq.tasks.command_line import given_overrides, gives
 from convseq.tasks.config_check import check_keys
@@ -80,6 +81,8 @@ def dispatch(cfg: DictConfig | dict) -> Any:
     try:
         check_keys(cfg)
         plain = to_plain(cfg)
+        # every task, every rank (Lightning's DDP ranks run this too): CUDA fp32 products
+        set_tf32(bool((plain.get("trainer") or {}).get("tf32", True)))
         task = plain["task"]
         if task not in TASK_MODULES:
             raise SystemExit(

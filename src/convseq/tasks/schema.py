@@ -93,6 +93,9 @@ class TrainerConfig:
     # torch threads per process; None: the CPUs this process may use / the processes sharing
     # them (convseq.common.threads); OMP_NUM_THREADS set before the start also wins over the rule
     threads: int | None = None
+    # CUDA GPUs of compute capability >= 8.0: fp32 products in TF32 (convseq.common.tf32);
+    # false: full fp32 arithmetic. Nothing changes on a CPU or an older GPU.
+    tf32: bool = True
 
 
 @dataclass

@@ -177,6 +177,7 @@ def build_trainer(
     tcfg["enable_progress_bar"] = progress_mode(cfg["trainer"]) == "bar"
     tcfg.pop("progress", None)
     tcfg.pop("threads", None)
+    tcfg.pop("tf32", None)  # convseq.common.tf32, set by dispatch
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
     tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
     precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
