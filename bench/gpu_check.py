@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from convseq.common.tf32 import set_tf32
 from gpu_parity import (
     FAULTS,
     beam_agreement,
@@ -335,6 +336,9 @@ def threads(n: int | None) -> Iterator[None]:
 def parity_checks(report: Report, plan: Plan, base: list[str], out: Path) -> None:
     """Training on the device in each precision against the CPU in fp32 (gpu_parity.py)."""
     common = [*base, *parity_overrides(plan.parity_updates)]
+    # fp32 compared as fp32: TF32 products would differ from the CPU by ~1e-3 each (run.py
+    # sets this from trainer.tf32; train() called here does not)
+    set_tf32(False)
     print(f"gpu_check: parity, CPU fp32 reference ({plan.parity_updates} updates)", flush=True)
     # The dry run compares the CPU with itself: one thread against two gives the reference
     # other reduction orders, as a device would.
@@ -361,6 +365,7 @@ def parity_checks(report: Report, plan: Plan, base: list[str], out: Path) -> Non
 
 def training_measurements(report: Report, plan: Plan, base: list[str], out: Path) -> dict:
     """The measured training runs; returns the fp32 run (its checkpoint and summary)."""
+    set_tf32(True)  # as run.py trains by default (trainer.tf32=true): the speed a user gets
     figures: dict[str, Any] = {}
     runs: dict[str, dict[str, Any]] = {}
     for precision in PRECISIONS_ALL:
