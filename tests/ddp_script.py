@@ -7,7 +7,9 @@ rank 1 by re-running this command line.
 
 Extra KEY=VALUE arguments are config overrides (e.g. ``trainer.max_epochs=2 resume=true``); one
 more, ``sigterm_at_step=K``, makes rank 0 send itself SIGTERM right after update K (the signal a
-cluster sends), as a user interrupting the run would.
+cluster sends), as a user interrupting the run would. ``count_syncs=1`` records, per update, the
+host reads and collectives `tests/search/host_reads.HostReads` sees (``record["syncs"]``);
+``lightning_ddp=1`` trains with Lightning's own DDPStrategy instead of convseq's.
 
 Every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
 first update, every train batch's sentence ids and dummy flag, and the first batch itself; and
@@ -78,6 +80,7 @@ class Recorder(pl.Callback):
     def on_train_start(self, trainer, module) -> None:
         _rank["value"] = trainer.global_rank
         self.record.update(rank=trainer.global_rank, world=trainer.world_size)
+        self.record["strategy"] = type(trainer.strategy).__name__
         self.record["init"] = self._weights(module)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
@@ -124,10 +127,51 @@ class SigtermAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SyncCounter(pl.Callback):
+    """Host reads and collectives of every update, from one batch end to the next.
+
+    The window of update k runs from the end of update k-1 (the start of training for the
+    first) to the end of update k: it holds whatever Lightning's loop does before a batch.
+    """
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.mode: Any = None
+
+    def _now(self) -> tuple[dict[str, int], dict[str, int]]:
+        return dict(self.mode.by_name), dict(self.mode.collectives)
+
+    def on_train_start(self, trainer, module) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.search.host_reads import HostReads
+
+        self.mode = HostReads().__enter__()
+        self.record["syncs"] = []
+        self.last = self._now()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        now = self._now()
+        delta = tuple(
+            {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            for after, before in zip(now, self.last)
+        )
+        self.record["syncs"].append({"reads": delta[0], "collectives": delta[1]})
+        self.last = now
+
+    def on_train_end(self, trainer, module) -> None:
+        self.mode.__exit__(None, None, None)
+
+
 def main() -> None:
     corpus, cache, output_dir, record_dir = (Path(a).absolute() for a in sys.argv[1:5])
-    extra = [a for a in sys.argv[5:] if not a.startswith("sigterm_at_step=")]
+    options = ("sigterm_at_step=", "count_syncs=", "lightning_ddp=")
+    extra = [a for a in sys.argv[5:] if not a.startswith(options)]
     sigterm = [int(a.split("=", 1)[1]) for a in sys.argv[5:] if a.startswith("sigterm_at_step=")]
+    count_syncs = "count_syncs=1" in sys.argv[5:]
+    if "lightning_ddp=1" in sys.argv[5:]:  # Lightning's DDPStrategy, as before convseq's
+        import convseq.training.build as build
+
+        build.strategy_argument = lambda name: name
     torch.set_num_threads(1)
     _watch_writes(output_dir)
     record_dir.mkdir(parents=True, exist_ok=True)
@@ -167,6 +211,8 @@ def main() -> None:
     recorder = Recorder()
     _record_translations(recorder.record)
     callbacks: list[pl.Callback] = [recorder, *(SigtermAt(k) for k in sigterm)]
+    if count_syncs:
+        callbacks.append(SyncCounter(recorder.record))
     train(to_plain(cfg), callbacks=callbacks)
     torch.save(recorder.record, record_dir / f"rank{recorder.record['rank']}.pt")
 

@@ -7,6 +7,10 @@ counts them wherever the tensors live: the aten operations that read values or s
 (seen by a dispatch mode), plus the tensor methods that copy data out without one (``.cpu()``,
 ``.tolist()``), patched for the duration. (``.numpy()`` needs a CPU tensor: it follows a
 ``.cpu()`` already counted.)
+
+Collectives of `torch.distributed` (``c10d`` operations, which the dispatch mode sees too) are
+counted apart, in ``collectives``: under DDP each is a blocking wait for the other ranks, and on
+GPUs a host read usually follows it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class HostReads(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.by_name: collections.Counter[str] = collections.Counter()
+        self.collectives: collections.Counter[str] = collections.Counter()
         self._saved: dict[str, Any] = {}
 
     @property
@@ -52,6 +57,8 @@ class HostReads(TorchDispatchMode):
             self.by_name[packet.__name__] += 1
         elif packet in _INDEXING_OPS and _has_mask(args[1]):
             self.by_name[f"{packet.__name__} (boolean mask)"] += 1
+        elif func.namespace == "c10d":
+            self.collectives[packet.__name__] += 1
         return func(*args, **(kwargs or {}))
 
     def __enter__(self) -> HostReads:

@@ -35,6 +35,7 @@ from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.progress import ProgressLines, progress_mode
 from convseq.training.resume_agreement import ResumeAgreement
+from convseq.training.strategy import strategy_argument
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
 __all__ = [
@@ -180,6 +181,8 @@ def build_trainer(
     tcfg.pop("tf32", None)  # convseq.common.tf32, set by dispatch
     max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
     tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
+    if "strategy" in tcfg:  # ddp: without Lightning's per-batch signal broadcast
+        tcfg["strategy"] = strategy_argument(tcfg["strategy"])
     precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
     tcfg.pop("precision", None)
     if precision is not None:
