@@ -23,7 +23,8 @@ from convseq.modules.reorder import current_block_reorder
 
 SQRT_HALF = math.sqrt(0.5)
 
-EncoderCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # keys, values, mask
+# keys, values, padding mask, and (training) the device flag of whether the mask holds a pad
+EncoderCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]
 
 
 class FConvDecoder(nn.Module):
@@ -139,7 +140,7 @@ class FConvDecoder(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The convolution stack's output, (B, T, C_last), and the averaged attention."""
         incremental = incremental_state is not None
-        keys, values, mask = self._encoder_cache(encoder_out, incremental_state)
+        keys, values, mask, any_pad = self._encoder_cache(encoder_out, incremental_state)
 
         positions = self.embed_positions(prev_output_tokens, incremental=incremental)
         if incremental:
@@ -168,7 +169,7 @@ class FConvDecoder(nn.Module):
             if attention is not None:
                 if not incremental:
                     x = x.transpose(0, 1)  # (B, T, C)
-                x, attn = attention(x, target_embedding, (keys, values), mask)
+                x, attn = attention(x, target_embedding, (keys, values), mask, any_pad)
                 if not self.training and self.need_attn:
                     attn = attn / num_layers  # (B, T, S)
                     avg_attn = attn if avg_attn is None else avg_attn + attn
@@ -200,7 +201,8 @@ class FConvDecoder(nn.Module):
             if cached is not None:
                 return cached
         x, y = encoder_out["encoder_out"]
-        result = (x.transpose(1, 2).contiguous(), y, encoder_out["encoder_padding_mask"])
+        mask, any_pad = encoder_out["encoder_padding_mask"], encoder_out.get("encoder_has_padding")
+        result = (x.transpose(1, 2).contiguous(), y, mask, any_pad)
         if incremental_state is not None:
             incremental_state[self._cache_key] = result
         return result

@@ -17,7 +17,8 @@ from convseq.modules.layers import conv_tbc, linear
 
 SQRT_HALF = math.sqrt(0.5)
 
-EncoderOut = dict[str, object]  # {"encoder_out": (x, y), "encoder_padding_mask": mask or None}
+# {"encoder_out": (x, y), "encoder_padding_mask": mask or None, "encoder_has_padding": flag or None}
+EncoderOut = dict[str, object]
 
 
 class FConvEncoder(nn.Module):
@@ -79,7 +80,9 @@ class FConvEncoder(nn.Module):
         Returns:
             ``encoder_out``: (x, y), both (B, S, E): x the attention keys (gradient scaled),
             y = (x + input embedding) * sqrt(.5) the values; ``encoder_padding_mask``: (B, S)
-            True at pads, or None when the batch has no padding.
+            True at pads, or None when the batch has no padding (in training always the mask,
+            and ``encoder_has_padding`` the () device flag of whether it holds a pad; None in
+            eval).
         """
         x = self.embed_tokens(src_tokens) + self.embed_positions(src_tokens)  # (B, S, E)
         x = F.dropout(x, p=self.dropout, training=self.training)
@@ -87,8 +90,15 @@ class FConvEncoder(nn.Module):
         x = self.fc1(x)  # (B, S, C0)
 
         mask = src_tokens.eq(self.padding_idx)  # (B, S)
-        # on the meta device (shape inference without memory) assume padding: same shapes
-        has_pad = True if mask.is_meta else bool(mask.any())
+        any_pad = None
+        if self.training and not mask.is_meta:
+            # No host read of mask.any() in training (on a GPU it waits for the device every
+            # batch): the mask is applied whatever it holds (masked_fill of nothing is exact),
+            # and the attention picks its scaling with the flag on the device.
+            has_pad, any_pad = True, mask.any()  # () bool, on the device
+        else:
+            # on the meta device (shape inference without memory) assume padding: same shapes
+            has_pad = True if mask.is_meta else bool(mask.any())
         mask_tb = mask.t().unsqueeze(-1) if has_pad else None  # (S, B, 1)
 
         x = x.transpose(0, 1)  # (S, B, C0): time-major for conv_tbc
@@ -120,7 +130,11 @@ class FConvEncoder(nn.Module):
             x = x.masked_fill(mask.unsqueeze(-1), 0.0)
         x = grad_multiply(x, self.grad_scale)  # forward unchanged, backward scaled
         y = (x + input_embedding) * SQRT_HALF  # (B, S, E); the embedding is not grad-scaled
-        return {"encoder_out": (x, y), "encoder_padding_mask": mask if has_pad else None}
+        return {
+            "encoder_out": (x, y),
+            "encoder_padding_mask": mask if has_pad else None,
+            "encoder_has_padding": any_pad,  # training only: whether the mask holds a pad
+        }
 
     def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: torch.Tensor) -> EncoderOut:
         """A new encoder_out whose row i is row ``new_order[i]`` (beam expansion, shrinking)."""

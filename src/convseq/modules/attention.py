@@ -38,6 +38,7 @@ class AttentionLayer(nn.Module):
         target_embedding: torch.Tensor,
         encoder_out: tuple[torch.Tensor, torch.Tensor],
         encoder_padding_mask: torch.Tensor | None,
+        has_padding: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend from every target position.
 
@@ -46,6 +47,9 @@ class AttentionLayer(nn.Module):
             target_embedding: (B, T, E) the decoder input embedding (tokens + positions).
             encoder_out: keys (B, E, S) (pre-transposed) and values (B, S, E).
             encoder_padding_mask: (B, S) True at source pads, or None without padding.
+            has_padding: () bool on the device, whether the mask holds a pad (training gives
+                the mask always and this flag, so that no host read decides the scaling), or
+                None: the mask, when given, holds one.
 
         Returns:
             (B, T, C) the output and (B, T, S) the attention weights.
@@ -70,6 +74,10 @@ class AttentionLayer(nn.Module):
         else:
             real = s - encoder_padding_mask.type_as(context).sum(dim=1, keepdim=True)  # (B, 1)
             real = real.unsqueeze(-1)  # (B, 1, 1)
-            context = context * (real * real.rsqrt())  # (B, T, E) times sqrt(real length)
+            padded = context * (real * real.rsqrt())  # (B, T, E) times sqrt(real length)
+            if has_padding is None:
+                context = padded
+            else:  # both scalings, chosen on the device: each exactly as its own branch
+                context = torch.where(has_padding, padded, context * (s * math.sqrt(1.0 / s)))
         out = (self.out_projection(context) + residual) * SQRT_HALF  # (B, T, C)
         return out, attn
