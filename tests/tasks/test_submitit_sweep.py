@@ -40,6 +40,7 @@ pytestmark = pytest.mark.skipif(
 # Figures that depend on the machine's load, not on the job: left out of the comparison.
 TIMES = ("wall_seconds", "seconds_per_epoch")
 FAILED_LR = "-1"  # passes the command line, refused when the job builds its optimiser
+ONE_CPU = "hydra.launcher.cpus_per_task=1"  # the machine is shared: one thread a job
 
 
 def _sweep(
@@ -80,7 +81,9 @@ def _rows(sweep_dir: Path) -> list[dict[str, str]]:
 
 def test_submitit_local_sweep_reports_what_the_basic_launcher_reports(tiny_data, tmp_path):
     basic, basic_cwd, b = _sweep(tiny_data, tmp_path, "basic")
-    local, local_cwd, s = _sweep(tiny_data, tmp_path, "submitit", "hydra/launcher=submitit_local")
+    local, local_cwd, s = _sweep(
+        tiny_data, tmp_path, "submitit", "hydra/launcher=submitit_local", ONE_CPU
+    )
     # the failed job fails the command (convseq's exit status 2 from the job, Hydra's 1 when
     # submitit hands back a job without a result) ...
     assert b.returncode == 2, b.stderr[-3000:]
