@@ -62,7 +62,7 @@ PLUGINS = {
     ),
     ("hydra/launcher", "joblib"): (
         "hydra_plugins.hydra_joblib_launcher",
-        "pip install hydra-joblib-launcher",
+        "pip install -e '.[sweep]'",
     ),
 }
 

@@ -117,8 +117,14 @@ def task_threads(trainer_cfg: Mapping[str, Any] | None) -> ThreadChoice:
     """Choose and set this process's torch threads (`convseq.common.threads`) for a task whose
     `trainer` config this is; a job of a sweep run in parallel on this machine takes its share.
     """
+    job = sweep_job_cpus()
     choice = choose_threads(
-        trainer_cfg or {}, job_cpus=sweep_job_cpus(), user_omp=USER_OMP, caller=caller_threads()
+        trainer_cfg or {}, job_cpus=job, user_omp=USER_OMP, caller=caller_threads()
     )
+    if choice.source == "OMP_NUM_THREADS" and job is not None and "joblib" in job[1]:
+        # joblib's workers get OMP_NUM_THREADS = CPUs / n_jobs unless the user set it first
+        choice = ThreadChoice(
+            choice.threads, "OMP_NUM_THREADS (yours, or joblib's for its workers)"
+        )
     apply_threads(choice)
     return choice

@@ -38,7 +38,7 @@ def _data_line(meta: Mapping[str, Any]) -> str:
         t_tok = (info.get("tgt") or {}).get("tokens")
         tokens = f", {s_tok}/{t_tok} tokens" if s_tok is not None and t_tok is not None else ""
         parts.append(f"{name} {sents} sentences{tokens}")
-    return f"data ({src}->{tgt}; tokens {src}/{tgt}): " + "; ".join(parts) if parts else "data: ?"
+    return f"data {src}->{tgt} (tokens {src}/{tgt}): " + "; ".join(parts) if parts else "data: ?"
 
 
 def header_lines(
