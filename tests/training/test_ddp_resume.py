@@ -14,29 +14,25 @@ SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``res
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from convseq.data.databin import DataBin
-from convseq.evaluation.scores import corpus_scores
-from convseq.inference.translator import Translator
 from tests.conftest import ROOT, run_folder_names
+from tests.training.run_py import (
+    GEN,
+    RUN,
+    assert_same_weights,
+    finish,
+    one_process_bleu,
+    signal_in_epoch_2,
+    start,
+)
 from tests.training_utils import launch_env
-
-# ~22 updates an epoch per rank: a SIGTERM sent from outside has time to land mid-epoch
-RUN = [
-    "trainer.max_epochs=2",
-    "model.dropout=0.1",
-    "bleu_every_n_epochs=1",
-    "batching.max_tokens=100",
-]
-GEN = ["gen.max_len_b=12", "gen.max_tokens=300", "checkpoint.keep_epochs=-1"]
 
 
 def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -104,14 +100,6 @@ def test_a_sigterm_mid_epoch_then_resume_ends_with_the_straight_runs_weights(run
     ]
 
 
-def one_process_bleu(tiny_data, ckpt: Path, split: str) -> float:
-    lines = (tiny_data["corpus"] / f"{split}.src").read_text().splitlines()
-    refs = DataBin(tiny_data["databin"]).text(split, "tgt")
-    # the run's settings (gen.max_tokens=300 too, so the batches are the run's own)
-    hyps = Translator.from_checkpoints(ckpt).translate(lines, 300, beam=5, max_len_b=12)
-    return corpus_scores(hyps, refs).bleu
-
-
 def test_valid_and_test_bleu_are_shared_by_the_ranks_and_equal_one_processs(runs, tiny_data):
     out = runs["straight"]
     summary = json.loads((out / "summary.json").read_text())
@@ -134,43 +122,7 @@ def test_valid_and_test_bleu_are_shared_by_the_ranks_and_equal_one_processs(runs
 def run_py(tiny_data, out: Path, *extra: str) -> subprocess.Popen:
     """run.py with the compose runs' settings; Lightning re-runs it (through Hydra) for rank 1."""
     env = launch_env(CONVSEQ_CACHE=str(tiny_data["cache"]))
-    cmd = [
-        sys.executable,
-        str(ROOT / "run.py"),
-        "trainer=ddp",
-        "trainer.accelerator=cpu",
-        "data.generator=null",
-        f"data.dir={tiny_data['corpus']}",
-        f"paths.cache_dir={tiny_data['cache']}",
-        *(o for o in DDP_SCRIPT_DEFAULTS if o.split("=", 1)[0] not in RUN_KEYS),
-        *RUN,
-        *GEN,
-        f"hydra.run.dir={out}",
-        *extra,
-    ]
-    return subprocess.Popen(
-        cmd, cwd=out.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-# what tests/ddp_script.py sets besides data and the cache (RUN's keys replace its own)
-DDP_SCRIPT_DEFAULTS = [
-    "model.encoder_embed_dim=16",
-    "model.decoder_embed_dim=16",
-    "model.decoder_out_embed_dim=16",
-    "model.encoder_layers=[[16,3]]",
-    "model.decoder_layers=[[16,3]]",
-    "optim.clip_norm=0",
-    "trainer.enable_progress_bar=false",
-    "trainer.log_every_n_steps=1",
-]
-RUN_KEYS = {o.split("=", 1)[0] for o in RUN}
-
-
-def finish(proc: subprocess.Popen, status: int = 0) -> str:
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == status, err[-4000:]
-    return out
+    return start(tiny_data, out, "trainer=ddp", "trainer.accelerator=cpu", *extra, env=env)
 
 
 def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights(
@@ -178,23 +130,14 @@ def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights
 ):
     out = tmp_path / "run"
     proc = run_py(tiny_data, out)
-    epoch1 = out / "checkpoints" / "epoch001.ckpt"  # written at the very end of epoch 1
-    deadline = time.monotonic() + 240
-    while not epoch1.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert epoch1.exists(), proc.stderr.read()[-4000:] if proc.poll() is not None else "timeout"
-    proc.send_signal(signal.SIGTERM)  # to rank 0 only, as `kill PID` does
+    signal_in_epoch_2(proc, out)  # SIGTERM to rank 0 only, as `kill PID` does
     printed = finish(proc, 75)  # cut short by a signal: EX_TEMPFAIL
     interrupted = json.loads((out / "summary.json").read_text())
     assert interrupted["interrupted"], interrupted["stop_reason"]
     assert "SIGTERM during epoch 2" in interrupted["stop_reason"]
 
     printed += finish(run_py(tiny_data, out, "resume=true"))
-    a = torch.load(runs["straight"] / "checkpoints" / "last.ckpt", weights_only=True)
-    b = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
-    assert a["global_step"] == b["global_step"]
-    for name, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][name]), name
+    assert_same_weights(runs["straight"], out)
 
     # one run folder, written by rank 0; rank 1 (relaunched by Lightning through Hydra, with
     # hydra.output_subdir=null) keeps only its own log there

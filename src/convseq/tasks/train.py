@@ -76,6 +76,7 @@ from convseq.training.module import ConvSeqModule
 from convseq.training.noise import quiet_third_party
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
+from convseq.training.slurm import refuse_hpc_checkpoints, request_requeue
 from convseq.training.thread_share import ThreadShare
 from convseq.training.trackers import close_trackers, log_test_scores, tracker_resume
 
@@ -125,7 +126,15 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
     summary = _summary(run, fit, test_hypotheses, test_sets, t_start)
     _add_profile(run.trainer, summary)
     _report(output_dir, summary)
+    _requeue(run)
     return summary
+
+
+def _requeue(run: _Run) -> None:
+    """After the requeue signal (SIGUSR1 under SLURM): rank 0 asks SLURM to requeue the job, last
+    of all, since SLURM ends the job as soon as it does (`convseq.training.slurm`)."""
+    if getattr(run.callbacks["signal"], "requeue", False) and run.trainer.is_global_zero:
+        print(request_requeue(), flush=True)
 
 
 @dataclass
@@ -171,6 +180,7 @@ def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
     """
     ckpt_dir = output_dir / CHECKPOINT_DIR
     resume = resolve_resume(cfg.get("resume", False), output_dir)
+    refuse_hpc_checkpoints(output_dir, resume)  # Lightning would continue from one by itself
     if resume is None and (ckpt_dir / LAST).exists():
         raise CheckpointError(
             f"{ckpt_dir / LAST}: this folder already holds a run; continue it with resume=true "

@@ -35,6 +35,7 @@ from convseq.training.module import ConvSeqModule
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.progress import ProgressLines, progress_mode
 from convseq.training.resume_agreement import ResumeAgreement
+from convseq.training.slurm import cluster_plugins, requeue_signal
 from convseq.training.strategy import strategy_argument
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
@@ -99,7 +100,8 @@ def build_callbacks(
         "anneal": AnnealingCallback(cfg["anneal"], lr=cfg["optim"]["lr"], by_validation=by_updates),
         "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
         "rng": RNGStateCallback(),
-        "signal": SignalCallback(str(ckpt_dir / LAST)),
+        # SIGUSR1 too under SLURM: saved and requeued by convseq, not Lightning (training/slurm.py)
+        "signal": SignalCallback(str(ckpt_dir / LAST), requeue_signal()),
         "crash": CrashCheckpoint(str(ckpt_dir / CRASH)),
         "best": ModelCheckpoint(
             dirpath=str(ckpt_dir),
@@ -198,7 +200,7 @@ def build_trainer(
         default_root_dir=str(output_dir),
         callbacks=callbacks,
         logger=loggers,
-        plugins=[AtomicCheckpointIO(), *precision_plugins_],
+        plugins=[AtomicCheckpointIO(), *precision_plugins_, *cluster_plugins()],
         enable_model_summary=False,
         profiler=EpochProfiler() if cfg.get("profile") else None,
     )

@@ -290,14 +290,19 @@ class SignalCallback(pl.Callback):
     second SIGINT aborts at once (KeyboardInterrupt). Under DDP the ranks agree on the signal
     at every update, so they stop at the same one.
 
+    `requeue_signal` (SIGUSR1 under SLURM, `convseq.training.slurm`) stops the run the same way;
+    `requeue` then tells the caller to ask for a requeue, on every rank if any rank received it.
+
     Args:
         checkpoint_path: where the mid-epoch checkpoint goes.
+        requeue_signal: the signal that also asks for a requeue (None: none).
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, checkpoint_path: str):
+    def __init__(self, checkpoint_path: str, requeue_signal: int | None = None):
         self.checkpoint_path = str(checkpoint_path)
+        self.requeue_signal = int(requeue_signal) if requeue_signal is not None else None
         self.received: int | None = None
         self.stop_reason: str | None = None
         self.interrupted = False  # True once a mid-epoch checkpoint was written
@@ -313,14 +318,23 @@ class SignalCallback(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and threading.current_thread() is threading.main_thread():
-            self._originals = {s: signal.getsignal(s) for s in self.SIGNALS}
+            self._originals = {s: signal.getsignal(s) for s in self._signals()}
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Installed here, after Lightning's own SIGTERM handler (set up just before training),
         # so that the signal is handled only here, at update boundaries.
         if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
+            for s in self._signals():
                 signal.signal(s, self._handler)
+
+    def _signals(self) -> tuple[int, ...]:
+        extra = () if self.requeue_signal is None else (self.requeue_signal,)
+        return (*self.SIGNALS, *extra)
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the run was stopped by the requeue signal (on any rank)."""
+        return self.requeue_signal is not None and self.received == self.requeue_signal
 
     def _restore(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -341,14 +355,19 @@ class SignalCallback(pl.Callback):
         The flag travels as a CPU tensor over a gloo group: reading an all-reduced GPU tensor
         would make the host wait for every queued kernel at every update.
         """
-        flag = self.received is not None
+        # 0: no signal, 1: SIGTERM/SIGINT, 2: the requeue signal, which wins (MAX) so that
+        # every rank knows the run is to be requeued, whichever rank SLURM's signal reached
+        code = 0 if self.received is None else 2 if self.requeue else 1
         if trainer.world_size > 1:
-            t = torch.tensor([float(flag)])  # (1,) on the CPU
-            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self._host_group())
-            flag = bool(t[0] > 0)
-            if flag and self.received is None:
+            t = torch.tensor([float(code)])  # (1,) on the CPU
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._host_group())
+            agreed = int(t[0])
+            if agreed == 2 and not self.requeue:
+                self.received = self.requeue_signal
+            elif agreed == 1 and self.received is None:
                 self.received = int(signal.SIGTERM)
-        return flag
+            code = agreed
+        return code > 0
 
     def _host_group(self) -> Any:
         """The process group for CPU tensors: the default one if it is gloo's, else a gloo one."""
