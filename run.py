@@ -8,6 +8,7 @@ Examples:
     python run.py --help                              # the tasks, the groups and every key
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from omegaconf import DictConfig
 from convseq.tasks.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
 from convseq.tasks.dispatch import dispatch
 from convseq.tasks.hydra_callbacks import job_errors
+from convseq.tasks.rank_args import rank_args
 from convseq.tasks.schema import register_configs
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -36,4 +38,7 @@ if __name__ == "__main__":
     if wants_no_run_folder(sys.argv[1:]):  # task=preprocess: no run folder, no .hydra/
         dispatch(compose_without_run_folder(sys.argv[1:], CONF_DIR, "config"))
     else:
+        # a rank other than the first of a torchrun / srun / multi-machine launch: no .hydra/
+        # and a log of its own in the shared run folder (convseq.tasks.rank_args)
+        sys.argv[1:] = rank_args(sys.argv[1:], os.environ)
         main()
