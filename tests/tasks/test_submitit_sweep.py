@@ -8,6 +8,7 @@ once every job has returned, as with the basic launcher, and must hold the same 
 
 from __future__ import annotations
 
+import copy
 import csv
 import importlib.util
 import json
@@ -171,8 +172,10 @@ def test_multi_process_ddp_is_refused_under_submitits_local_executor(capsys):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from convseq.tasks.schema import register_configs
     from tests.conftest import CONF_DIR
 
+    register_configs()
     GlobalHydra.instance().clear()
     overrides = ["hydra/launcher=submitit_local", "trainer=ddp", "trainer.accelerator=cpu"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -186,3 +189,46 @@ def test_multi_process_ddp_is_refused_under_submitits_local_executor(capsys):
     with open_dict(cfg):
         cfg.trainer.devices = 1
     SweepReport().on_job_start(cfg, task_function=None)  # one process per job: fine
+
+
+def test_a_failed_sweep_job_leaves_its_error_and_a_signalled_one_does_not(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from convseq.tasks.hydra_callbacks import job_errors
+    from convseq.tasks.schema import register_configs
+    from tests.conftest import CONF_DIR
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True)
+    error = tmp_path / "error.txt"
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(tmp_path)
+    cases = [
+        ("MULTIRUN", SystemExit(75), None),  # cut by a signal: summary.json says so
+        ("MULTIRUN", SystemExit(0), None),
+        ("RUN", ValueError("bad"), None),  # a single run: its error is on the terminal
+        ("MULTIRUN", ValueError("bad\nsecond line"), "ValueError: bad\n"),
+        ("MULTIRUN", SystemExit("convseq: unknown task='x'"), "convseq: unknown task='x'\n"),
+    ]
+    try:
+        for mode, exc, expected in cases:
+            error.unlink(missing_ok=True)
+            job_cfg = copy.deepcopy(cfg)  # set_config makes it read-only
+            with open_dict(job_cfg):
+                job_cfg.hydra.mode = mode
+            HydraConfig.instance().set_config(job_cfg)
+            with pytest.raises(type(exc)), job_errors():
+                raise exc
+            assert (error.read_text() if error.exists() else None) == expected, (mode, exc)
+        try:  # convseq's one-line errors: SystemExit(2) raised from the ConvseqError
+            raise KeyError("no such split")
+        except KeyError as cause:
+            with pytest.raises(SystemExit), job_errors():
+                raise SystemExit(2) from cause
+        assert error.read_text() == "KeyError: 'no such split'\n"
+    finally:
+        HydraConfig.instance().cfg = None
