@@ -8,6 +8,8 @@ first on PATH that records its arguments.
   weights, bit for bit.
 - SIGTERM (a cancelled job): last.ckpt and 75 as before, and no requeue.
 - A new run in a folder holding Lightning's `hpc_ckpt_*.ckpt` is refused, naming the file.
+- Two tasks (slow): SIGUSR1 to the second one only stops both at the same update, and rank 0
+  alone asks for the requeue.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import pytest
 
 from convseq.errors import CheckpointError
 from convseq.training import slurm
-from tests.training.run_py import assert_same_weights, finish, signal_in_epoch_2, start
+from tests.training.run_py import (
+    assert_same_weights,
+    finish,
+    free_port,
+    signal_in_epoch_2,
+    start,
+)
 from tests.training_utils import launch_env, tiny_config
 
 JOB_ID = "4242"
@@ -141,3 +149,49 @@ def test_the_job_to_requeue_and_a_failing_scontrol(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SLURM_JOB_NAME", "interactive")  # Lightning's sign that it is no job
     assert slurm.requeue_signal() is None and slurm.cluster_plugins() == []
+
+
+DDP_TASKS = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"]
+
+
+def two_tasks(tiny_data, out: Path, bin_dir: Path, port: int) -> list:
+    """The two tasks `srun` starts for `--ntasks-per-node=2` on one node, each `python run.py`."""
+    procs = []
+    for rank in (0, 1):
+        env = job_env(tiny_data, bin_dir)
+        env.update(
+            SLURM_NTASKS="2",
+            SLURM_NTASKS_PER_NODE="2",
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            MASTER_ADDR="127.0.0.1",  # SLURM_NODELIST's first node, as Lightning would take it
+            MASTER_PORT=str(port),
+        )
+        procs.append(start(tiny_data, out, *DDP_TASKS, "resume=auto", env=env))
+    return procs
+
+
+@pytest.mark.slow
+def test_sigusr1_to_one_task_of_two_stops_both_and_rank_0_requeues(tiny_data, tmp_path):
+    """`pytest -m slow tests/training/test_slurm_requeue.py`: the ranks agree on the requeue
+    signal whichever task SLURM's signal reached first."""
+    record = scontrol_stand_in(tmp_path / "bin")
+    straight, job = tmp_path / "straight", tmp_path / "job"
+    for task in two_tasks(tiny_data, straight, tmp_path / "bin", free_port()):
+        finish(task)
+
+    rank0, rank1 = two_tasks(tiny_data, job, tmp_path / "bin", free_port())
+    signal_in_epoch_2(rank1, job, signal.SIGUSR1)  # to the second task only
+    printed = finish(rank0, 75) + finish(rank1, 0)  # rank 0's status is the job's
+    assert calls(record) == [f"requeue {JOB_ID}"]  # once, by rank 0
+    assert printed.count("asked SLURM to requeue") == 1
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["signal"] == "SIGUSR1" and summary["interrupted"]
+    assert list(job.rglob(slurm.HPC_PATTERN)) == []
+
+    for task in two_tasks(tiny_data, job, tmp_path / "bin", free_port()):
+        finish(task)
+    assert calls(record) == [f"requeue {JOB_ID}"]
+    assert_same_weights(straight, job)
+    # srun's second task logs to its own file and writes no .hydra/ of its own
+    assert "GLOBAL_RANK: 1" in (job / "train_node0_process_1.log").read_text()
