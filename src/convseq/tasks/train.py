@@ -8,7 +8,8 @@ continues a run: `resume`), evaluates the test split with the best checkpoint, w
 
 Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
 
-- `checkpoints/last.ckpt` (every epoch, and on SIGTERM/SIGINT in the middle of one),
+- `checkpoints/last.ckpt` (every epoch, and on SIGTERM/SIGINT in the middle of one; under SLURM
+  on SIGUSR1 too, after which rank 0 asks for `scontrol requeue`: `convseq.training.slurm`),
   `checkpoints/best.ckpt` (best `checkpoint.monitor`), `checkpoints/epochNNN.ckpt` (optional),
   `checkpoints/crash.ckpt` (the state at a NaN or inf loss or gradient, which stops training);
 - `csv/metrics.csv` (one file, continued by resumed runs);
