@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from convseq.inference.precision import cpu_has
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
 sys.path.insert(0, str(ROOT / "bench"))
@@ -24,13 +26,26 @@ ROWS = [
     "parity bf16-mixed vs CPU",
     "parity 16-mixed vs CPU",
     "train fp32",
+    "train bf16-mixed",
     "train 16-mixed",
     "big preset fp32",
+    "big preset bf16-mixed",
     "big preset 16-mixed",
     "beam 5 cpu vs CPU",
     "translate beam 1, batch 128",
     "translate beam 5, batch 128",
+    "translate beam 5, gen.precision=bf16",
     "end-of-training test device",
+    "SIGTERM, resume=true",
+    "ddp, 2 processes",
+]
+CHECKS = [
+    "parity fp32 vs CPU",
+    "parity bf16-mixed vs CPU",
+    "end-of-training test device",
+    "beam 5 cpu vs CPU",
+    "SIGTERM, resume=true",
+    "ddp, 2 processes",
 ]
 
 
@@ -51,7 +66,8 @@ def run_script(args: list[str], cache: Path, timeout: float) -> subprocess.Compl
 def dry_run(tmp_path_factory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("gpu_check")
     out_json = tmp / "out.json"
-    proc = run_script(["--dry-run", "--json", str(out_json)], tmp / "cache", timeout=240)
+    args = ["--dry-run", "--budget", "--json", str(out_json)]
+    proc = run_script(args, tmp / "cache", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"stdout": proc.stdout, "json": json.loads(out_json.read_text())}
 
@@ -75,9 +91,16 @@ def test_dry_run_prints_the_table(dry_run):
     assert rows["parity fp32 vs CPU"] == "PASS" and rows["parity bf16-mixed vs CPU"] == "PASS"
     assert rows["beam 5 cpu vs CPU"] == "PASS"
     assert rows["end-of-training test device"] == "PASS"
-    for name in ("train 16-mixed", "big preset 16-mixed", "parity 16-mixed vs CPU"):
-        assert rows[name] == "skip"
+    assert rows["SIGTERM, resume=true"] == "PASS" and rows["ddp, 2 processes"] == "PASS"
+    skipped = {name for name, status in rows.items() if status == "skip"}
+    sixteen = {"train 16-mixed", "big preset 16-mixed", "parity 16-mixed vs CPU"}
+    if cpu_has("bf16"):
+        assert skipped == sixteen
+    else:
+        assert skipped == {*sixteen, "translate beam 5, gen.precision=bf16"}
     assert "all checks passed" in out
+    # each row also printed as it is made: a run cut by a time limit still shows it
+    assert "gpu_check: row | SIGTERM, resume=true | exit 75" in out
 
 
 def test_dry_run_table_names_the_machine_first(dry_run):
@@ -95,8 +118,11 @@ def test_dry_run_training_figures(dry_run):
     env = result["env"]
     assert (env["dry_run"], env["device"], env["updates"]) == (True, "cpu", 4)
     assert env["torch"] == torch.__version__
+    for label in ("fp32", "bf16-mixed"):
+        train = result["train"][label]
+        assert train["updates"] == 4 and train["skipped_updates"] == 0
+        assert train["loss_scale"] is None  # no fp16 scaler outside 16-mixed
     train = result["train"]["fp32"]
-    assert train["updates"] == 4
     assert train["wps"] > 0 and math.isfinite(train["wps"])
     assert all(w > 0 for w in train["wps_epochs"])
     assert train["peak_mem_mib"] is None  # no allocator figure on the CPU
@@ -139,18 +165,47 @@ def test_each_planted_fault_fails_the_check(fault, tmp_path):
     assert "SOME CHECKS FAILED" in proc.stdout
 
 
-def test_dry_run_big_preset_and_translation(dry_run):
+def test_dry_run_big_preset_through_the_trainer(dry_run):
+    big = dry_run["json"]["big"]
+    assert big["channel_divisor"] == 32 and big["updates"] == 3
+    for label in ("fp32", "bf16-mixed"):
+        f = big[label]
+        # the trainer's own runs: its updates, summary and metrics.csv (padded token batches)
+        assert f["updates"] == 3 and f["wps"] > 0 and math.isfinite(f["last_loss"])
+        assert f["params_m"] > 0 and f["peak_mem_mib"] is None
+    assert big["fp32"]["params_m"] == big["bf16-mixed"]["params_m"]
+    assert "CPU" in big["16-mixed"]["skipped"]
+
+
+def test_dry_run_translation(dry_run):
     result = dry_run["json"]
-    big = result["big"]["fp32"]
-    assert big["tokens_per_s"] > 0 and big["seconds_per_step"] > 0
-    assert big["params_m"] > 0 and math.isfinite(big["last_loss"])
-    assert result["big"]["channel_divisor"] == 32 and result["big"]["batch"] == "4x8"
     beam = result["beam"]
     assert beam["sentences"] == 8 and beam["identical"] == 8 and beam["ties"] == 0
     assert beam["share"] == 1.0 and beam["mismatches"] == [] and beam["mismatched"] == 0
     assert beam["beam1_sent_per_s"] > 0 and beam["beam5_sent_per_s"] > 0
+    bf16 = result["beam_bf16"]
+    if cpu_has("bf16"):
+        assert 0 <= bf16["equal_to_fp32"] <= 8 and bf16["beam5_sent_per_s"] > 0
+    else:
+        assert "BF16" in bf16["skipped"]
     assert result["test_device"] == "cpu"
-    assert [c["ok"] for c in result["checks"]] == [True, True, True, True]
+
+
+def test_dry_run_resume_ddp_checks_and_budget(dry_run):
+    result = dry_run["json"]
+    resume = result["resume"]
+    assert resume["first_exit"] == 75 and resume["resumed_exit"] == 0
+    assert resume["sigterm_after"] == 4 and 4 <= resume["stopped_at"] < 12
+    assert resume["resumed_updates"] == 12 and resume["rel"] <= resume["tol"]
+    ddp = result["ddp"]
+    assert (ddp["processes"], ddp["updates"], ddp["exit"]) == (2, 4, 0)
+    assert ddp["ups"] > 0 and ddp["one_device_ups"] > 0
+    assert [c["name"] for c in result["checks"]] == CHECKS
+    assert all(c["ok"] for c in result["checks"])
+    budget = result["budget"]
+    assert list(budget) == ["parity", "train", "translate", "resume", "ddp", "big"]
+    assert all(s > 0 for s in budget.values()) and sum(budget.values()) <= result["seconds"]
+    assert "time by part:" in dry_run["stdout"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
