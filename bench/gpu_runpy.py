@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +32,36 @@ def run_py(overrides: list[str], run_dir: Path, sigterm_after: int = 0) -> dict[
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    deadline = time.monotonic() + TIMEOUT_S
+    # a hung run (no output at all) is killed too, and fails its row
+    watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+    watchdog.start()
     tail: list[str] = []
     last, signalled = 0, None
     assert proc.stdout is not None
     for line in proc.stdout:
         tail = [*tail[-40:], line]
-        if line.startswith('{"kind": "update"'):
-            last = int(json.loads(line)["updates"])
+        record = _record(line)
+        if record.get("kind") == "update":
+            last = int(record["updates"])
             if sigterm_after and signalled is None and last >= sigterm_after:
                 proc.send_signal(signal.SIGTERM)
                 signalled = last
-        if time.monotonic() > deadline:
-            proc.kill()
-            tail.append(f"(killed after {TIMEOUT_S} s)\n")
-            break
     rc = proc.wait()
+    watchdog.cancel()
+    if rc == -signal.SIGKILL:
+        tail.append(f"(killed after {TIMEOUT_S} s)\n")
     return {"rc": rc, "last_update": last, "signalled_at": signalled, "tail": "".join(tail)}
+
+
+def _record(line: str) -> dict[str, Any]:
+    """A `trainer.progress=json` line as a dict; {} for any other line."""
+    if not line.startswith("{"):
+        return {}
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
