@@ -236,3 +236,20 @@ def test_beam_agreement_forgives_near_ties_only():
     assert beam_agreement(cpu, ["a b", "x y", "p q", "m n"])["identical"] == 4
     with pytest.raises(ValueError):  # one device hypothesis per sentence
         beam_agreement(cpu, ["a b"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resume-updates", "2"], "--resume-updates must be at least 3"),
+        (["--big-updates", "0"], "--big-updates must be at least 1"),
+        (["--only", "beam"], "invalid choice: 'beam'"),
+    ],
+)
+def test_bad_sizes_are_refused_with_the_option_named(args, message, capsys):
+    from gpu_check import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
