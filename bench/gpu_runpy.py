@@ -36,13 +36,14 @@ def run_py(overrides: list[str], run_dir: Path, sigterm_after: int = 0) -> dict[
     watchdog = threading.Timer(TIMEOUT_S, proc.kill)
     watchdog.start()
     tail: list[str] = []
-    last, signalled = 0, None
+    first, last, signalled = 0, 0, None
     assert proc.stdout is not None
     for line in proc.stdout:
         tail = [*tail[-40:], line]
         record = _record(line)
         if record.get("kind") == "update":
             last = int(record["updates"])
+            first = first or last
             if sigterm_after and signalled is None and last >= sigterm_after:
                 proc.send_signal(signal.SIGTERM)
                 signalled = last
@@ -50,7 +51,13 @@ def run_py(overrides: list[str], run_dir: Path, sigterm_after: int = 0) -> dict[
     watchdog.cancel()
     if rc == -signal.SIGKILL:
         tail.append(f"(killed after {TIMEOUT_S} s)\n")
-    return {"rc": rc, "last_update": last, "signalled_at": signalled, "tail": "".join(tail)}
+    return {
+        "rc": rc,
+        "first_update": first,
+        "last_update": last,
+        "signalled_at": signalled,
+        "tail": "".join(tail),
+    }
 
 
 def _record(line: str) -> dict[str, Any]:
@@ -121,8 +128,14 @@ def resume_check(report: Report, plan: Plan, base: list[str], out: Path) -> None
     summary = _summary(run_dir)
     figures["resumed_exit"] = second["rc"]
     figures["resumed_updates"] = summary.get("updates")
-    if second["rc"] != 0 or summary.get("updates") != n:
-        what = f"resume=true: exit {second['rc']}, {summary.get('updates')} of {n} updates"
+    figures["resumed_first_update"] = second["first_update"]
+    # it continued (its first update follows the checkpoint's), rather than starting again
+    continued = summary.get("resumed_from") and second["first_update"] == figures["stopped_at"] + 1
+    if second["rc"] != 0 or summary.get("updates") != n or not continued:
+        what = (
+            f"resume=true: exit {second['rc']}, {summary.get('updates')} of {n} updates, "
+            f"first update {second['first_update']} after {figures['stopped_at']}"
+        )
         reference.join()
         return _fail(report, name, what, second)
     reference.join()

@@ -197,6 +197,7 @@ def test_dry_run_resume_ddp_checks_and_budget(dry_run):
     assert resume["first_exit"] == 75 and resume["resumed_exit"] == 0
     assert resume["sigterm_after"] == 4 and 4 <= resume["stopped_at"] < 12
     assert resume["resumed_updates"] == 12 and resume["rel"] <= resume["tol"]
+    assert resume["resumed_first_update"] == resume["stopped_at"] + 1  # continued, not restarted
     ddp = result["ddp"]
     assert (ddp["processes"], ddp["updates"], ddp["exit"]) == (2, 4, 0)
     assert ddp["ups"] > 0 and ddp["one_device_ups"] > 0
