@@ -143,12 +143,16 @@ def summaries(folder: Path) -> list[dict[str, Any]]:
 
 
 def threads_line(folder: Path) -> str:
-    """The header's threads line of a run (its run.log), to show which rule applied."""
+    """The run's last threads line (the header's, or the one DDP ranks settle on once they know
+    each other), to show which rule applied."""
+    found = "?"
     for log in sorted(folder.rglob("*.log")) + sorted(folder.rglob("*_log.out")):
         for line in log.read_text(errors="replace").splitlines():
             if "threads per process" in line:
-                return line.split(" - ", 1)[-1]
-    return "?"
+                found = line.split(" - ", 1)[-1]
+        if found != "?":
+            return found
+    return found
 
 
 def final_weights(ckpt: Path) -> dict[str, Any]:
