@@ -75,3 +75,37 @@ def test_the_signal_flag_is_agreed_on_the_cpu_not_on_the_training_device(monkeyp
     assert reduced == [("cpu", "gloo group")]
     cb._agreed(trainer)
     assert reduced[-1] == ("cpu", "gloo group")  # the group is made once and kept
+
+
+def test_update_figures_are_made_and_logged_on_logging_steps_only(tiny_data, tmp_path, monkeypatch):
+    """Logged at every update, the bar's figures were read back (`.item()`) and the Python
+    numbers copied to the device at every batch; now only on the updates Lightning writes."""
+    from convseq.evaluation.history import METRICS_FILE, read_metrics
+    from convseq.tasks.train import train
+    from convseq.training import module as module_module
+    from tests.training_utils import tiny_config
+
+    made = []
+    original = module_module.update_metrics
+
+    def spy(sums, seconds, lr, gnorm, clipped):
+        made.append(gnorm)
+        return original(sums, seconds, lr, gnorm, clipped)
+
+    monkeypatch.setattr(module_module, "update_metrics", spy)
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        "trainer.max_epochs=1",
+        "trainer.log_every_n_steps=4",
+        "trainer.enable_progress_bar=true",
+        "trainer.progress=bar",
+        "max_update=10",
+        "final_test=false",
+    )
+    train(cfg)
+    rows = read_metrics(tmp_path / "csv" / METRICS_FILE)
+    steps = sorted(int(r["step"]) for r in rows if "train/loss" in r)
+    # updates 4 and 8, and update 10 where max_update stops the run (Lightning logs a stop)
+    assert steps == [3, 7, 9]
+    assert len(made) == len(steps)

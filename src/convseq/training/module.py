@@ -123,6 +123,8 @@ class ConvSeqModule(pl.LightningModule):
         self._last_batch: dict | None = None
         self._skipped = False  # this update overflowed in fp16 and the loss scaler skipped it
         self.skipped_updates = 0  # such updates so far (Lightning's global_step counts them)
+        # the last update's figures, logged at the end of its batch on logging steps only
+        self._pending_log: tuple | None = None
 
     # -- model ----------------------------------------------------------------------------------
     def forward(
@@ -227,11 +229,29 @@ class ConvSeqModule(pl.LightningModule):
         self._epoch_sums[GNORM] += self._gnorm
         self._epoch_sums[CLIPPED] += self._clipped
         self._epoch_updates += 1
-        self._log_update(sums, seconds, optimizer.param_groups[0]["lr"])
+        lr = optimizer.param_groups[0]["lr"]
+        self._pending_log = (sums, seconds, lr, self._gnorm, self._clipped)
 
-    def _log_update(self, sums: torch.Tensor, seconds: float, lr: float) -> None:
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Log the update's figures on the updates Lightning writes to the loggers only.
+
+        Logged on every update, the progress bar's figures were read back from the device
+        (`.item()`) and the Python numbers copied to it at every batch, whatever
+        log_every_n_steps: host syncs a GPU pays for. Here, after the callbacks (a stop they
+        asked for makes this a logging step too), with Lightning's own test.
+        """
+        pending, self._pending_log = self._pending_log, None
+        if pending is None:  # a micro-batch of an accumulated update, or a skipped update
+            return
+        trainer = self.trainer
+        if trainer._logger_connector.should_update_logs or trainer.fast_dev_run:
+            self._log_update(*pending)
+
+    def _log_update(
+        self, sums: torch.Tensor, seconds: float, lr: float, gnorm: torch.Tensor, clipped: Any
+    ) -> None:
         """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
-        shown, others = update_metrics(sums, seconds, lr, self._gnorm, self._clipped)
+        shown, others = update_metrics(sums, seconds, lr, gnorm, clipped)
         # batch_size only silences Lightning's guess: per-step values are not averaged.
         self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
         self.log_dict(others, on_step=True, on_epoch=False, batch_size=1)
