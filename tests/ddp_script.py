@@ -8,7 +8,7 @@ rank 1 by re-running this command line.
 Extra KEY=VALUE arguments are config overrides (e.g. ``trainer.max_epochs=2 resume=true``); one
 more, ``sigterm_at_step=K``, makes rank 0 send itself SIGTERM right after update K (the signal a
 cluster sends), as a user interrupting the run would. ``count_syncs=1`` records, per update, the
-host reads and collectives `tests/search/host_reads.HostReads` sees (``record["syncs"]``);
+device reads and collectives `tests/search/host_reads.DeviceReads` sees (``record["syncs"]``);
 ``lightning_ddp=1`` trains with Lightning's own DDPStrategy instead of convseq's.
 
 Every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
@@ -138,14 +138,14 @@ class SyncCounter(pl.Callback):
         self.record = record
         self.mode: Any = None
 
-    def _now(self) -> tuple[dict[str, int], dict[str, int]]:
-        return dict(self.mode.by_name), dict(self.mode.collectives)
+    def _now(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+        return dict(self.mode.by_name), dict(self.mode.collectives), dict(self.mode.sites)
 
     def on_train_start(self, trainer, module) -> None:
         sys.path.insert(0, str(ROOT))
-        from tests.search.host_reads import HostReads
+        from tests.search.host_reads import DeviceReads
 
-        self.mode = HostReads().__enter__()
+        self.mode = DeviceReads(sites=True).__enter__()
         self.record["syncs"] = []
         self.last = self._now()
 
@@ -155,7 +155,7 @@ class SyncCounter(pl.Callback):
             {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
             for after, before in zip(now, self.last)
         )
-        self.record["syncs"].append({"reads": delta[0], "collectives": delta[1]})
+        self.record["syncs"].append({"reads": delta[0], "collectives": delta[1], "sites": delta[2]})
         self.last = now
 
     def on_train_end(self, trainer, module) -> None:

@@ -1,21 +1,23 @@
-"""convseq's DDP strategy drops two collectives of every update that Lightning's makes.
+"""convseq's DDP strategy drops three collectives of every update that Lightning's makes.
 
-What is counted: `tests/search/host_reads.HostReads`, the dispatch mode that counts host reads
-of tensor data (``_local_scalar_dense`` from ``.item()`` / ``bool(t)``, ``.tolist()``, ...), also
-counts the ``c10d`` collectives it sees. On CPU and gloo neither costs a device wait, so what
-is measured is what the code asks for: each host read of a training-device tensor is one
-host-device synchronisation on a GPU, and each collective a wait for the other ranks (a barrier
-on NCCL also blocks the host until the device is idle).
+What is counted: `tests/search/host_reads.DeviceReads`, the dispatch mode that counts reads of
+device data by the host (``_local_scalar_dense`` from ``.item()`` / ``bool(t)``, ``.tolist()``,
+...), telling host memory apart even on a CPU, and the ``c10d`` collectives it sees. On CPU and
+gloo neither costs a device wait, so what is measured is what the code asks for: each read of a
+training-device tensor is one host-device synchronisation on a GPU, and each collective a wait
+for the other ranks (a barrier on NCCL also blocks the host until the device is idle).
 
 Lightning's `DDPStrategy`, per update: a SIGTERM flag broadcast from rank 0 and read back with
-``.item()`` before every batch, and a barrier before the all-reduce of the update's sums.
-`convseq.training.strategy.ConvSeqDDPStrategy` makes neither (the flag once per fit, at the
-first batch); convseq's `SignalCallback` agrees on signals over gloo itself, which the SIGTERM
-tests of tests/training/test_ddp_resume.py check with this strategy.
+``.item()`` before every batch, DDP's broadcast of the buffers before every forward pass, and a
+barrier before the all-reduce of the update's sums. `convseq.training.strategy.ConvSeqDDPStrategy`
+makes none of them (the flag once per fit, at the first batch; fconv's buffers are constants);
+convseq's `SignalCallback` agrees on signals over gloo itself, which the SIGTERM tests of
+tests/training/test_ddp_resume.py check with this strategy.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -107,7 +109,7 @@ def _per_update(tmp_path, tiny_data, name: str, strategy: str, *options: str) ->
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_make_one_broadcast_one_barrier_and_one_read_fewer_per_update(
+def test_two_gloo_ranks_make_two_broadcasts_one_barrier_and_one_read_fewer_per_update(
     tmp_path, tiny_data
 ):
     lightning = _per_update(tmp_path, tiny_data, "lightning", "DDPStrategy", "lightning_ddp=1")
@@ -115,11 +117,13 @@ def test_two_gloo_ranks_make_one_broadcast_one_barrier_and_one_read_fewer_per_up
     for rank in (0, 1):
         before, after = lightning[rank], convseq[rank]
         # the flag's one broadcast of the fit, in the first update's window: made by both
-        assert before[0]["collectives"]["broadcast_"] == after[0]["collectives"]["broadcast_"]
+        flag = "broadcast_ at pytorch_lightning/loops/training_epoch_loop.py (_broadcast_sigterm_tensor)"
+        assert _sites(before[0])[flag] == _sites(after[0])[flag] == 1
         # updates 3 .. N-1: past the first updates' set-up collectives, before the epoch's end
         for b, a in zip(before[2:-1], after[2:-1]):
             dropped = Counter(b["collectives"]) - Counter(a["collectives"])
-            assert dropped == Counter({"broadcast_": 1, "barrier": 1}), (b, a)
+            # the flag's broadcast, DDP's buffer broadcast before the forward pass, the barrier
+            assert dropped == Counter({"broadcast_": 2, "barrier": 1}), (b, a)
             assert Counter(a["collectives"]) - Counter(b["collectives"]) == Counter()
             assert "barrier" not in a["collectives"]
             reads = Counter(b["reads"]) - Counter(a["reads"])
@@ -128,3 +132,40 @@ def test_two_gloo_ranks_make_one_broadcast_one_barrier_and_one_read_fewer_per_up
     # what remains per update, for docs/gpu.md
     print("per update, rank 0, Lightning's:", lightning[0][2])
     print("per update, rank 0, convseq's:", convseq[0][2])
+
+
+def _sites(window: dict) -> Counter:
+    return Counter({re.sub(r":\d+ \(", " (", k): v for k, v in window["sites"].items()})
+
+
+def test_two_gloo_ranks_read_the_device_once_an_update_with_the_bar_on(tmp_path, tiny_data):
+    """convseq's DDP with the progress bar drawn: per update, the finite check is the one read
+    of the device (a logging step adds the copy of its figures); the collectives are DDP's
+    gradient all-reduce, the one of the update's sums, and the signal flag's (host memory)."""
+    windows = _per_update(
+        tmp_path,
+        tiny_data,
+        "bar",
+        "ConvSeqDDPStrategy",
+        "trainer.enable_progress_bar=true",
+        "trainer.progress=bar",
+        "trainer.log_every_n_steps=3",
+        "final_test=false",
+    )
+    expected = Counter(
+        {
+            "tolist at convseq/training/module.py (configure_gradient_clipping)": 1,
+            "allreduce_ at pytorch_lightning/core/module.py (backward)": 1,  # DDP's gradients
+            "allreduce_ at convseq/training/strategy.py (reduce)": 1,  # the update's sums
+            "allreduce_ (host) at convseq/training/callbacks.py (_agreed)": 1,  # signal flag
+            "tolist at tests/ddp_script.py (on_train_batch_start)": 1,  # the test's own record
+        }
+    )
+    for rank in (0, 1):
+        # updates 3 .. N-1: past DDP's first-step collectives, before the epoch's end
+        for update, window in enumerate(windows[rank][2:-1], start=3):
+            seen = _sites(window)
+            logged = seen.pop("cpu at convseq/training/metrics.py (on_host)", 0)
+            assert seen == expected, (rank, update, seen)
+            # update k's figures are logged after its window closes: in window k + 1
+            assert logged == ((update - 1) % 3 == 0), (rank, update, seen)

@@ -7,10 +7,13 @@ tests look at what the code asks for rather than at the time it takes.
 
 from __future__ import annotations
 
+import re
 import signal
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
 
 from convseq.data.dataset import LanguagePairDataset
@@ -109,3 +112,81 @@ def test_update_figures_are_made_and_logged_on_logging_steps_only(tiny_data, tmp
     # updates 4 and 8, and update 10 where max_update stops the run (Lightning logs a stop)
     assert steps == [3, 7, 9]
     assert len(made) == len(steps)
+
+
+def _without_lines(sites: dict[str, int]) -> Counter:
+    """`DeviceReads.sites` without line numbers: "tolist at convseq/x.py (function)"."""
+    return Counter({re.sub(r":\d+ \(", " (", k): v for k, v in sites.items()})
+
+
+class _PerUpdate(pl.Callback):
+    """Device reads, copies and collectives of each update window, from one batch start to
+    the next (the last window runs to the end of training)."""
+
+    def __init__(self) -> None:
+        self.windows: list[Counter] = []
+
+    def on_train_start(self, trainer, module) -> None:
+        from tests.search.host_reads import DeviceReads
+
+        self.mode = DeviceReads(sites=True).__enter__()
+        self.seen = Counter()
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        now = _without_lines(self.mode.sites)
+        self.windows.append(now - self.seen)
+        self.seen = now
+
+    def on_train_end(self, trainer, module) -> None:
+        self.on_train_batch_start(trainer, module, None, None)
+        self.mode.__exit__(None, None, None)
+        self.windows.pop(0)  # what ran before the first batch
+
+
+FINITE_CHECK = "tolist at convseq/training/module.py (configure_gradient_clipping)"
+LOGGED_COPY = "cpu at convseq/training/metrics.py (on_host)"
+
+
+def test_an_update_reads_the_device_once_with_the_progress_bar_on(tiny_data, tmp_path):
+    """The default config's training step through Lightning, the bar drawn at every batch:
+    the finite check is the one read of an update; a logging step adds the one copy of its
+    figures to the host; nothing copies a Python number to the device."""
+    from convseq.tasks.train import train
+    from tests.training_utils import tiny_config
+
+    counter = _PerUpdate()
+    cfg = tiny_config(
+        tiny_data,
+        tmp_path,
+        "trainer.max_epochs=1",
+        "trainer.log_every_n_steps=4",
+        "trainer.enable_progress_bar=true",
+        "trainer.progress=bar",
+        "max_update=13",
+        "final_test=false",
+    )
+    train(cfg, callbacks=[counter])
+    windows = counter.windows
+    assert len(windows) == 13
+    for update, seen in enumerate(windows[:-1], start=1):  # the last one holds the validation
+        expected = Counter({FINITE_CHECK: 1})
+        if update % 4 == 0:
+            expected[LOGGED_COPY] = 1
+        assert seen == expected, (update, seen)
+    assert windows[-1][FINITE_CHECK] == 1
+
+
+def test_the_device_read_counter_sees_what_a_gpu_would_wait_for():
+    """`DeviceReads` counts reads of device values and copies of Python numbers to a device,
+    and not reads of values already in host memory."""
+    from tests.search.host_reads import DeviceReads
+
+    on_device = torch.arange(3.0)
+    with DeviceReads() as seen:
+        total = on_device.sum()
+        bool(total > 0), float(total), total.item(), on_device.tolist()
+        torch.tensor(0.5, device="cpu")
+        host = total.cpu()  # the copy is a read; what follows from it is not
+        (host * 2).item(), float(host), torch.tensor([1.0]).item()
+    assert seen.by_name == Counter({"_local_scalar_dense": 3, "tolist": 1, "cpu": 1})
+    assert sum(seen.copies.values()) == 1

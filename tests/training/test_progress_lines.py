@@ -121,6 +121,8 @@ def test_the_header(two_runs):
     joined = "\n".join(header)
     assert re.search(r"^convseq \S+, torch \S+, Lightning \S+$", header[0])
     assert "CPU " in joined and "parameters" in joined
+    # trainer.tf32's default, set by the command before the header is written
+    assert "precision 32-true, TF32 on (trainer.tf32, CUDA only: unused here), cpu" in joined
     assert "threads per process: 1 (OMP_NUM_THREADS)" in joined  # the tests' environment
     assert "train 300 sentences" in joined and "valid 40 sentences" in joined
     assert f"run folder {two_runs['dir']}" in joined

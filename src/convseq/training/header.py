@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.common.machine import cpu_model
+from convseq.common.tf32 import tf32_state
 from convseq.common.threads import ThreadChoice, affinity
 
 __all__ = ["header_lines", "log_header"]
@@ -58,11 +59,16 @@ def header_lines(
     devices = (
         f"{tcfg.get('accelerator')} x {tcfg.get('devices')} x {tcfg.get('num_nodes', 1)} nodes"
     )
+    cuda = str(tcfg.get("accelerator")) in ("gpu", "cuda") or (
+        str(tcfg.get("accelerator")) == "auto" and torch.cuda.is_available()
+    )
+    # trainer.tf32 (default true) is set process-wide before this (convseq.common.tf32)
+    tf32 = f"TF32 {tf32_state()} (trainer.tf32{'' if cuda else ', CUDA only: unused here'})"
     return [
         f"convseq {_version()}, torch {torch.__version__}, Lightning {pl.__version__}",
         machine,
         f"threads per process: {threads.threads} ({threads.source})",
-        f"precision {tcfg.get('precision')}, {devices}, strategy {tcfg.get('strategy')}",
+        f"precision {tcfg.get('precision')}, {tf32}, {devices}, strategy {tcfg.get('strategy')}",
         f"model {model.get('arch', 'fconv')}: {params:,} parameters",
         _data_line(data_meta),
         f"run folder {output_dir}",

@@ -96,3 +96,25 @@ def update_metrics(
         "train/clip": clipped.float(),
     }
     return shown, others
+
+
+def on_host(figures: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """`figures` (device tensors and Python numbers) as () float32 tensors in host memory, with
+    one device-to-host copy for all of them.
+
+    Why: Lightning reads every progress-bar value back with ``.item()`` at each batch end, the
+    last logged ones too, until they are logged again; values in host memory make those reads
+    free, where device values would make the host wait for the device's queue at every batch.
+    Logged as CPU tensors they stay there (Lightning keeps a logged value on its device), and
+    Python numbers are not copied to the device first.
+    """
+    names = [k for k, v in figures.items() if isinstance(v, torch.Tensor)]
+    out: dict[str, torch.Tensor] = {}
+    if names:
+        stacked = torch.stack([figures[k].detach().float().reshape(()) for k in names])  # (n,)
+        host = stacked.cpu()  # the one copy (and host sync) of a logging step
+        out = dict(zip(names, host.unbind(0)))
+    for k, v in figures.items():
+        if k not in out:
+            out[k] = torch.tensor(float(v), dtype=torch.float32)  # made in host memory
+    return {k: out[k] for k in figures}

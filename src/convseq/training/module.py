@@ -54,6 +54,7 @@ from convseq.training.metrics import (
     epoch_metrics,
     loss_metrics,
     on_device,
+    on_host,
     update_metrics,
 )
 from convseq.training.nonfinite import non_finite_error
@@ -252,9 +253,12 @@ class ConvSeqModule(pl.LightningModule):
     ) -> None:
         """Per-update figures (Lightning writes them to loggers every log_every_n_steps)."""
         shown, others = update_metrics(sums, seconds, lr, gnorm, clipped)
+        host = on_host({**shown, **others})  # one copy; the bar's per-batch reads are free
         # batch_size only silences Lightning's guess: per-step values are not averaged.
-        self.log_dict(shown, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
-        self.log_dict(others, on_step=True, on_epoch=False, batch_size=1)
+        self.log_dict(
+            {k: host[k] for k in shown}, on_step=True, on_epoch=False, prog_bar=True, batch_size=1
+        )
+        self.log_dict({k: host[k] for k in others}, on_step=True, on_epoch=False, batch_size=1)
 
     def on_train_start(self) -> None:
         now = time.perf_counter()

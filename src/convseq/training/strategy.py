@@ -14,6 +14,14 @@ The second: Lightning's `reduce` (the all-reduce of every update's loss and toke
 waits for every rank by itself; a barrier on NCCL also makes the host wait until the device is
 idle. Sums are all-reduced here without it; other reductions are Lightning's.
 
+Two DDP settings are chosen from the model rather than left at PyTorch's defaults: buffers are
+not broadcast before every forward pass (`forward_sync_buffers=False`: fconv's only buffers are
+constant markers, which DDP makes equal on every rank when it starts, so the broadcast was one
+collective a step for nothing), and `find_unused_parameters` is turned on only where a parameter gets no
+gradient (`convseq.training.unused_params`, checked once at setup). A value the user gives
+(`ddp_find_unused_parameters_true/false`) is kept; `false` with unused parameters is refused
+at setup, naming them, instead of failing at the second step.
+
 What remains of Lightning's broadcast is its first one in each `fit`: a signal that came before
 convseq's handler was installed (during setup or the sanity check) was caught by Lightning's
 handler, and that broadcast spreads it as Lightning does. `trainer.strategy=ddp` (and Lightning's
@@ -31,7 +39,12 @@ import torch.distributed as dist
 from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
 from pytorch_lightning.strategies import DDPStrategy
 
+from convseq.errors import SettingError
+from convseq.training.header import log_header
+from convseq.training.unused_params import unused_parameters
+
 __all__ = ["DDP_NAMES", "ConvSeqDDPStrategy", "strategy_argument"]
+
 
 # Lightning's registered names of DDPStrategy launched by re-running the command line, and the
 # arguments each stands for.
@@ -57,6 +70,34 @@ class ConvSeqDDPStrategy(DDPStrategy):
     """`DDPStrategy` whose training loop leaves signal agreement to convseq's `SignalCallback`."""
 
     _loop: _TrainingEpochLoop | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "broadcast_buffers" not in kwargs:  # torch's older name for it, where a user gives it
+            kwargs.setdefault("forward_sync_buffers", False)  # constant buffers: synced at init
+        super().__init__(**kwargs)
+
+    def configure_ddp(self) -> None:
+        """Wrap the model in DDP, told about parameters that get no gradient."""
+        model = getattr(self.lightning_module, "model", None)
+        unused = unused_parameters(model) if isinstance(model, torch.nn.Module) else None
+        chosen = self._ddp_kwargs.get("find_unused_parameters")
+        if unused and chosen is False:
+            raise SettingError(
+                f"trainer.strategy=ddp_find_unused_parameters_false: {len(unused)} parameters "
+                f"get no gradient in this model ({', '.join(unused[:3])}, ...): use "
+                "trainer.strategy=ddp, which handles them"
+            )
+        if unused and chosen is None:
+            self._ddp_kwargs["find_unused_parameters"] = True
+            if self.global_rank == 0:
+                names = ", ".join(unused[:3])
+                log_header(
+                    [
+                        f"DDP: {len(unused)} parameters get no gradient ({names}, ...): "
+                        "find_unused_parameters on"
+                    ]
+                )
+        super().configure_ddp()
 
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
