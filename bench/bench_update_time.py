@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 BEFORE = "231f29b"  # before foreach NAG and the host-sync work
@@ -128,6 +126,9 @@ def main() -> None:
         seconds = child(args.child, out, args.cache, args.total, args.dry_run)
         args.child_out.write_text(json.dumps(seconds))
         return
+    # bench/, beside this script; imported here, as a child may run an older convseq
+    from machine import machine, machine_line
+
     if args.dry_run:
         args.warmup, args.updates, args.repeats = 2, 3, 2
         trees = {"before": ROOT, "after": ROOT}
