@@ -124,6 +124,7 @@ ADDED_SINCE_PRE_LAYOUT = {
     ),  # the rules' count with validations by updates
     ("convseq", "validations"),  # every validation's record, for the sweep report
     ("convseq", "skipped_updates"),  # updates skipped for a non-finite gradient
+    ("convseq", "command_seconds"),  # the command's wall time (time to quality), carried on
     ("datamodule_hyper_parameters", "data", "test_sets"),  # extra test sets
     ("datamodule_hyper_parameters", "data", "workers"),  # preprocessing worker processes
     ("datamodule_hyper_parameters", "data", "src_dict"),  # a given fairseq dictionary (or None)

@@ -279,3 +279,29 @@ def test_a_job_cut_by_a_signal_at_an_epochs_end_is_reported_interrupted(tmp_path
     _job(tmp_path, "1", ["optim=sgd"], _summary(history, 10.0, "max_epochs"))
     status = {path.name: load_job(path, tmp_path).status for path in find_jobs(tmp_path)}
     assert status == {"0": "interrupted", "1": "ok"}
+
+
+def test_time_to_valid_bleu_columns_show_the_three_highest_numbers_reached(tmp_path):
+    """Minutes to valid BLEU: from summary.json's key, or from its validations' minutes for a
+    run written before the key existed; `-` where a job never got there."""
+    root = tmp_path / "sweep"
+    fast = _summary(_history([5.0, 4.0], [0.5, 0.5], bleu=[38.5, 41.2]), 600.0, "done")
+    fast["minutes_to_valid_bleu"] = {str(n): 4.0 for n in range(1, 39)} | {"39": 9.5, "40": 9.5}
+    fast["minutes_to_valid_bleu"]["41"] = 9.5
+    slow = _summary(_history([6.0, 5.0], [0.5, 0.5], bleu=[30.0, 39.4]), 900.0, "done")
+    slow["validations"] = [
+        {"epoch": 1, "minutes": 7.25, "valid/bleu": 30.0},
+        {"epoch": 2, "minutes": 14.5, "valid/bleu": 39.4},
+    ]
+    _job(root, "0", ["data.generator=null", "optim=nag"], fast)
+    _job(root, "1", ["data.generator=null", "optim=adam"], slow)
+    files = write_report(root, plot=False)
+    table = [line for line in files["markdown"].read_text().splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[1:]]
+    at = [header.index(f"min to valid BLEU {n}") for n in (39, 40, 41)]
+    assert [rows[0][i] for i in at] == ["9.5", "9.5", "9.5"]
+    assert [rows[1][i] for i in at] == ["14.5", "-", "-"]
+    csv_rows = _csv_rows(files["csv"])
+    assert json.loads(csv_rows[1]["minutes_to_valid_bleu"])["30"] == 7.25
+    assert json.loads(csv_rows[1]["minutes_to_valid_bleu"])["39"] == 14.5

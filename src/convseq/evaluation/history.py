@@ -100,3 +100,34 @@ def best_of(history: list[dict[str, Any]], key: str, maximize: bool) -> tuple[fl
     if not found:
         return math.nan, None
     return (max if maximize else min)(found, key=lambda f: f[0])
+
+
+def minutes_to_scores(
+    validations: list[dict[str, Any]], key: str = "valid/bleu"
+) -> dict[int, float]:
+    """{n: minutes} for every whole number n from 1 up to the best `key`: the command's wall
+    minutes at the first validation whose `key` reached n (validations without minutes or
+    without the score are passed over)."""
+    out: dict[int, float] = {}
+    for v in validations:
+        score, minutes = v.get(key), v.get("minutes")
+        if not isinstance(score, (int, float)) or not isinstance(minutes, (int, float)):
+            continue
+        if not math.isfinite(score):
+            continue
+        for n in range(1, int(math.floor(score)) + 1):
+            out.setdefault(n, float(minutes))
+    return dict(sorted(out.items()))
+
+
+def time_to_quality_line(reached: dict[int, float], name: str = "valid BLEU") -> str | None:
+    """`valid BLEU first reached 25 at 3.1 min, 26 at 3.6, ...` (from the last number every
+    lower one shares a validation with); None when nothing was reached."""
+    if not reached:
+        return None
+    numbers = sorted(reached)
+    first = max(n for n in numbers if reached[n] == reached[numbers[0]])
+    parts = [f"{n} at {reached[n]:.1f}" for n in numbers if n >= first]
+    head = f"<={first}" if first > 1 else str(first)
+    parts[0] = parts[0].replace(f"{first} at", f"{head} at", 1)
+    return f"{name} first reached " + ", ".join(parts) + " min (since the command started)"

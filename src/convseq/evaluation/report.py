@@ -44,6 +44,7 @@ from convseq.evaluation.history import (
     best_of,
     finite_or_none,
     history_from_metrics,
+    minutes_to_scores,
 )
 from convseq.evaluation.search_report import (
     BEST_FILE,
@@ -209,6 +210,8 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
         "best_valid_bleu": best_bleu,
         "best_bleu_epoch": bleu_epoch,
         "last_lr": lrs[-1] if lrs else math.nan,
+        # whole number -> the command's minutes when valid BLEU first reached it
+        "minutes_to_valid_bleu": _minutes_to_bleu(s),
         "all_overrides": " ".join(job.overrides),
     }
     if test:
@@ -218,6 +221,22 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
         key = _bleu_key(figures, "test")
         row["test_bleu"] = as_float(figures.get(key)) if key else math.nan
     return row
+
+
+def _minutes_to_bleu(summary: dict[str, Any]) -> dict[int, float]:
+    """summary.json's `minutes_to_valid_bleu` (or its validations', for a run that finished
+    before the key existed), with whole-number keys."""
+    stored = summary.get("minutes_to_valid_bleu")
+    if isinstance(stored, dict):
+        return {int(n): float(m) for n, m in stored.items()}
+    return minutes_to_scores(list(summary.get("validations") or []))
+
+
+def time_to_bleu_columns(rows: list[dict[str, Any]], count: int = 3) -> list[int]:
+    """The whole numbers of the report's time-to-BLEU columns: the `count` highest that some
+    job's valid BLEU reached (the sweep's best reached all of them)."""
+    reached = {n for r in rows for n in (r.get("minutes_to_valid_bleu") or {})}
+    return sorted(reached)[-count:]
 
 
 def job_curve(job: SweepJob, label: str) -> dict[str, Any]:
@@ -304,6 +323,8 @@ def to_markdown(
     head = ["job"] + ([objective] if objective else [])
     head += ["overrides", "wall time", "epochs", "s/epoch", "stop reason"]
     head += ["best valid loss (epoch)"] + (["best valid BLEU (epoch)"] if valid_bleu else [])
+    to_bleu = time_to_bleu_columns(rows) if valid_bleu else []
+    head += [f"min to valid BLEU {n}" for n in to_bleu]
     head += ["last lr", "status"]
     if test:
         head += ["test loss"] + (["test BLEU"] if test_bleu else [])
@@ -312,7 +333,13 @@ def to_markdown(
         "",
         f"{len(rows)} jobs. Overrides common to every job: "
         + (" ".join(f"`{o}`" for o in common) if common else "none")
-        + ". Losses in bits per token; wall time is the training time (validation included).",
+        + ". Losses in bits per token; wall time is the training time (validation included)"
+        + (
+            "; min to valid BLEU n: the command's minutes (start-up included) when valid BLEU "
+            "first reached n (- never)."
+            if to_bleu
+            else "."
+        ),
         "",
         *(search or []),
         "| " + " | ".join(head) + " |",
@@ -330,6 +357,8 @@ def to_markdown(
         ]
         if valid_bleu:
             cells.append(f"{_f(r['best_valid_bleu'], 2)} ({r['best_bleu_epoch'] or 'n/a'})")
+        reached = r.get("minutes_to_valid_bleu") or {}
+        cells += [f"{reached[n]:.1f}" if n in reached else "-" for n in to_bleu]
         cells += [f"{as_float(r['last_lr']):.3g}", r["status"]]
         if test:
             cells.append(_f(r["test_loss"]))
@@ -347,10 +376,17 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow(
-            {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-        )
+        writer.writerow({k: _csv_value(v) for k, v in r.items()})
     return buf.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    """NaN as an empty cell, a mapping as JSON (`{"40": 12.5}`)."""
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    if isinstance(value, dict):
+        return json.dumps({str(k): v for k, v in value.items()})
+    return value
 
 
 def _json_value(value: Any) -> Any:

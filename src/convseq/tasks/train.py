@@ -21,7 +21,10 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
   figures (loss, ppl, and BLEU/chrF of the best checkpoint's translations: `gen.test_bleu`; none
   with `final_test=false`, which never evaluates on test, for tuning runs) and
   the per-epoch history (lr, train and valid figures, time; `valid/bleu` with
-  `bleu_every_n_epochs`), and with `profile=true` the mean breakdown of a training epoch.
+  `bleu_every_n_epochs`), every validation with the command's minutes when it ended, the
+  minutes at which valid BLEU first reached each whole number (`minutes_to_valid_bleu`, also
+  printed as one line: a run's own time to quality, start-up and data-bin included), and with
+  `profile=true` the mean breakdown of a training epoch.
 """
 
 from __future__ import annotations
@@ -46,11 +49,18 @@ from convseq.checkpoints.io import (
     remove_stale_temps,
     resolve_resume,
 )
+from convseq.common.clock import command_start
 from convseq.common.plain import to_plain
 from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
-from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, best_of
+from convseq.evaluation.history import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    best_of,
+    minutes_to_scores,
+    time_to_quality_line,
+)
 from convseq.inference.records import write_hypotheses
 from convseq.tasks.parallel_jobs import task_threads
 from convseq.training.bleu import TestBleu
@@ -88,6 +98,10 @@ __all__ = ["run_train", "train"]
 def _report(output_dir: Path, summary: dict[str, Any]) -> None:
     write_summary(output_dir / SUMMARY_FILE, summary)
     print(summary_line(summary, output_dir), flush=True)
+    reached = {int(n): m for n, m in (summary.get("minutes_to_valid_bleu") or {}).items()}
+    line = time_to_quality_line(reached)
+    if line:
+        print(f"convseq: {line}", flush=True)
 
 
 def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) -> float:
@@ -111,6 +125,7 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
     """`train`'s work; returns the run's summary (what summary.json holds)."""
     cfg = to_plain(cfg)
     t_start = time.perf_counter()
+    started = command_start()  # the clock of the run's time to quality
     # Epoch-level figures are already summed over DDP ranks before they are logged.
     warnings.filterwarnings(
         "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
@@ -119,6 +134,7 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
     output_dir = Path(cfg["paths"]["output_dir"]).absolute()
     resume = _open_run_folder(cfg, output_dir)
     run = _build_run(cfg, output_dir, resume, callbacks)
+    run.module.command_started = started
     fit = _fit(run)
     test_hypotheses, test_sets = _final_test(run, fit)
     # test BLEU/chrF come after trainer.test: the trackers get them here
@@ -353,8 +369,10 @@ def _summary(
         "test_device": test_bleu.device if isinstance(test_bleu, TestBleu) else None,
         "history": fit.history,
         # every validation with its epoch and update count (inside epochs with
-        # validate_interval_updates)
+        # validate_interval_updates) and the command's minutes when it ended
         "validations": validations,
+        # whole number n -> minutes since the command started when valid BLEU first reached n
+        "minutes_to_valid_bleu": {str(n): m for n, m in minutes_to_scores(validations).items()},
     }
 
 

@@ -105,6 +105,10 @@ class ConvSeqModule(pl.LightningModule):
         self._epoch_train_seconds = 0.0  # time spent in updates this epoch (before this process)
         self._epoch_wall_carry = 0.0  # epoch wall time before this process (resumed mid-epoch)
         self._total_carry = 0.0  # training wall time of earlier processes (resumed runs)
+        self._command_carry = 0.0  # their command wall time (start-up included)
+        # monotonic time this command started (`convseq.common.clock.command_start`, set by
+        # train()); the module's creation where nobody set it
+        self.command_started = time.monotonic()
         self._gnorm = torch.zeros(())
         self._last_update = torch.zeros(NUM_SUMS, dtype=torch.float64)
         self._clipped = torch.zeros(())
@@ -321,8 +325,15 @@ class ConvSeqModule(pl.LightningModule):
         # every validation, also those inside an epoch (validate_interval_updates)
         optimizers = self.trainer.optimizers
         lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None  # its updates' lr
+        minutes = self.command_seconds() / 60.0  # since the command started (time to quality)
         self.validations.append(
-            {"epoch": self.current_epoch + 1, "updates": self.updates, "lr": lr, **record}
+            {
+                "epoch": self.current_epoch + 1,
+                "updates": self.updates,
+                "lr": lr,
+                "minutes": minutes,
+                **record,
+            }
         )
 
     def on_test_epoch_start(self) -> None:
@@ -355,6 +366,11 @@ class ConvSeqModule(pl.LightningModule):
         """Wall time spent in `fit` so far, over every process of a resumed run."""
         return self._total_carry + time.perf_counter() - self._t_fit
 
+    def command_seconds(self) -> float:
+        """Wall time since the command started (`convseq.common.clock`), over every process of
+        a resumed run (each one's time up to its last checkpoint)."""
+        return self._command_carry + time.monotonic() - self.command_started
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         now = time.perf_counter()
         checkpoint[STATE_KEY] = {
@@ -364,6 +380,7 @@ class ConvSeqModule(pl.LightningModule):
             "epoch_train_seconds": float(self._epoch_train_seconds),
             "epoch_wall_seconds": float(self._epoch_wall_carry + now - self._t_epoch),
             "total_seconds": float(self._total_carry + now - self._t_fit),
+            "command_seconds": float(self.command_seconds()),
             "history": [dict(h) for h in self.history],
             "validations": [dict(v) for v in self.validations],
             "skipped_updates": int(self.skipped_updates),
@@ -382,6 +399,7 @@ class ConvSeqModule(pl.LightningModule):
         self._epoch_train_seconds = float(state["epoch_train_seconds"])
         self._epoch_wall_carry = float(state["epoch_wall_seconds"])
         self._total_carry = float(state["total_seconds"])
+        self._command_carry = float(state.get("command_seconds", state["total_seconds"]))
         self.history = [dict(h) for h in state["history"]]
         self.validations = [dict(v) for v in state.get("validations", [])]
         self.skipped_updates = int(state.get("skipped_updates", 0))
