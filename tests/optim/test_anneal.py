@@ -267,8 +267,8 @@ def test_load_state_dict_refuses_a_foreign_state():
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(OptimConfigError, match="anneal.name='cosine'"):
-        Annealer(cfg("cosine"), lr=0.25)
+    with pytest.raises(OptimConfigError, match="anneal.name='linear_decay'"):
+        Annealer(cfg("linear_decay"), lr=0.25)
     with pytest.raises(OptimConfigError, match="anneal.force_anneal"):
         Annealer(cfg("force"), lr=0.25)
     with pytest.raises(OptimConfigError, match="anneal.lr_shrink"):

@@ -30,6 +30,7 @@ Strategies (``anneal.name``):
   left as it was); otherwise the loss becomes the previous one. Once begun, the lr shrinks every
   epoch whatever the loss does.
 - ``none``: a constant lr.
+- ``inverse_sqrt``, ``cosine``: schedules by update (`convseq.optim.warmup`); here, as ``none``.
 
 Every strategy stops when ``lr < min_lr`` (strict: an lr equal to min_lr is still used).
 plateau and lua shrink by repeated multiplication ``lr * lr_shrink`` (the Lua toolkit divided by
@@ -49,8 +50,11 @@ from omegaconf import DictConfig
 from convseq.common.plain import to_plain
 from convseq.errors import CheckpointError
 from convseq.optim.build import OptimConfigError, number
+from convseq.optim.warmup import UPDATE_SCHEDULES
 
-STRATEGIES = ("plateau", "force", "lua", "none")
+# the epoch rules, then the schedules by update (convseq.optim.warmup), which keep the lr
+# through the epoch rules' steps and set it before every update instead
+STRATEGIES = ("plateau", "force", "lua", "none", *UPDATE_SCHEDULES)
 
 # torch's ReduceLROnPlateau ignores a reduction of no more than this (its ``eps``).
 _PLATEAU_EPS = 1e-8
@@ -86,7 +90,7 @@ class Annealer:
                 f"one of {', '.join(STRATEGIES)} (e.g. anneal=plateau on the command line)"
             )
         self.lr_shrink = number(cfg, "anneal", "lr_shrink", 0.1, 0.0)
-        if self.name != "none" and not 0.0 < self.lr_shrink < 1.0:
+        if self.name in ("plateau", "force", "lua") and not 0.0 < self.lr_shrink < 1.0:
             raise OptimConfigError(
                 f"anneal.lr_shrink must lie in (0, 1), got {self.lr_shrink!r}: lr is multiplied "
                 "by it (the Lua toolkit's divisor -lrshrink 10 is lr_shrink 0.1)"

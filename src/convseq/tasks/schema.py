@@ -48,13 +48,16 @@ class PathsConfig:
 class AnnealConfig:
     """The learning-rate annealing strategy (conf/anneal)."""
 
-    name: str = "plateau"  # plateau | force | lua | none
+    name: str = "plateau"  # plateau | force | lua | none | inverse_sqrt | cosine
     lr_shrink: float = 0.1  # lr *= lr_shrink at each annealing step
     lr_threshold: float = 1e-4  # plateau: relative improvement that counts as better
     lr_patience: int = 0  # plateau: bad validations tolerated before shrinking
     force_anneal: int | None = None  # force: first annealed epoch (1-based)
     min_epoch_to_anneal: int = 0  # lua: never shrink before this epoch
-    min_lr: float = 1e-5  # stop training once lr falls below this
+    min_lr: float = 1e-5  # stop training once lr falls below this (cosine: the lr it ends at)
+    warmup_updates: int = 0  # inverse_sqrt, cosine: updates of linear warm-up
+    warmup_init_lr: float = 0.0  # inverse_sqrt, cosine: the lr the warm-up starts from
+    total_updates: int = 0  # cosine: its length in updates, where training stops (0: max_update)
 
 
 @dataclass

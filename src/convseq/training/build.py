@@ -97,7 +97,12 @@ def build_callbacks(
     cbs: dict[str, pl.Callback] = {
         # First: advances the batch sampler's position before the signal handler saves it.
         "batches": BatchEpochCallback(),
-        "anneal": AnnealingCallback(cfg["anneal"], lr=cfg["optim"]["lr"], by_validation=by_updates),
+        "anneal": AnnealingCallback(
+            cfg["anneal"],
+            lr=cfg["optim"]["lr"],
+            by_validation=by_updates,
+            max_update=int(cfg.get("max_update") or 0),
+        ),
         "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
         "rng": RNGStateCallback(),
         # SIGUSR1 too under SLURM: saved and requeued by convseq, not Lightning (training/slurm.py)

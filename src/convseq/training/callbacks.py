@@ -28,6 +28,7 @@ from convseq.data.batching import TokenBatchSampler
 from convseq.errors import NonFiniteError
 from convseq.inference.sharding import gather_objects
 from convseq.optim.anneal import Annealer
+from convseq.optim.warmup import UPDATE_SCHEDULES, UpdateSchedule
 
 
 def _train_samplers(trainer: pl.Trainer) -> list[TokenBatchSampler]:
@@ -119,8 +120,20 @@ class AnnealingCallback(pl.Callback):
         lr: the initial learning rate (``optim.lr``).
     """
 
-    def __init__(self, anneal_cfg: Mapping[str, Any], lr: float, by_validation: bool = False):
+    def __init__(
+        self,
+        anneal_cfg: Mapping[str, Any],
+        lr: float,
+        by_validation: bool = False,
+        max_update: int = 0,
+    ):
         self.annealer = Annealer(anneal_cfg, lr=lr)
+        # inverse_sqrt / cosine: the lr of every update (the epoch rule keeps it constant)
+        self.schedule = (
+            UpdateSchedule(anneal_cfg, lr=lr, max_update=max_update)
+            if self.annealer.name in UPDATE_SCHEDULES
+            else None
+        )
         self.stop_reason: str | None = None
         self.by_validation = bool(by_validation)
         self.validations = 0  # with by_validation: validations so far (the rules' "epochs")
@@ -140,8 +153,19 @@ class AnnealingCallback(pl.Callback):
                 _stop(trainer, self, self.annealer.stop_reason)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self.by_validation:
+        if not self.by_validation and self.schedule is None:
             _set_lr(trainer, self.annealer.lr_at_epoch_start(trainer.current_epoch + 1))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        """A schedule by update: the lr of the update this batch belongs to."""
+        if self.schedule is not None:
+            _set_lr(trainer, self.schedule.lr_at(int(pl_module.updates) + 1))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.schedule is not None:
+            reason = self.schedule.finished(int(pl_module.updates))
+            if reason:
+                _stop(trainer, self, reason)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """With validations by updates: one step of the rule per validation."""
