@@ -91,3 +91,28 @@ def test_a_cosine_run_stops_where_its_schedule_ends(tiny_data, tmp_path):
     s = summary(tmp_path)
     assert s["updates"] == 11 and "cosine" in s["stop_reason"]
     assert _lrs(tmp_path)[11] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_checkpoints_hold_the_next_updates_lr(tiny_data, tmp_path):
+    """At an epoch's end the optimiser holds the lr of the next update (not optim.lr), so the
+    checkpoint and the validation line show the schedule's value."""
+    from convseq.tasks.train import train
+    from tests.training_utils import last_checkpoint
+
+    train(
+        tiny_config(
+            tiny_data,
+            tmp_path,
+            "optim=adam",
+            "optim.lr=0.002",
+            "anneal=inverse_sqrt",
+            "anneal.warmup_updates=5",
+            "anneal.warmup_init_lr=0",
+            "trainer.max_epochs=1",
+            "final_test=false",
+        )
+    )
+    ckpt = last_checkpoint(tmp_path)
+    assert ckpt["global_step"] == 18  # the tiny corpus's one epoch
+    lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(0.002 * math.sqrt(5 / 19), rel=1e-9)

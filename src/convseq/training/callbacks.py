@@ -139,6 +139,9 @@ class AnnealingCallback(pl.Callback):
         self.validations = 0  # with by_validation: validations so far (the rules' "epochs")
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.schedule is not None:
+            _set_lr(trainer, self.schedule.lr_at(int(pl_module.updates) + 1))
+            return
         if self.by_validation:
             # the lr of the period after the last validation (resumed runs: already set)
             lr = self.annealer.lr_at_epoch_start(self.validations + 1)
@@ -171,6 +174,9 @@ class AnnealingCallback(pl.Callback):
         """With validations by updates: one step of the rule per validation."""
         if not self.by_validation or trainer.sanity_checking:
             return
+        if self.schedule is not None:
+            self.validations += 1
+            return
         self.validations += 1
         self.annealer.step(self.validations, getattr(pl_module, "valid_loss", None))
         lr = self.annealer.lr_at_epoch_start(self.validations + 1)
@@ -179,6 +185,9 @@ class AnnealingCallback(pl.Callback):
             _stop(trainer, self, self.annealer.stop_reason)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.schedule is not None:  # the next update's lr (what checkpoints and logs show)
+            _set_lr(trainer, self.schedule.lr_at(int(pl_module.updates) + 1))
+            return
         if self.by_validation:
             return
         epoch = trainer.current_epoch + 1

@@ -1,0 +1,46 @@
+"""The time-to-quality study's driver commands and readings table, on hand-made run folders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from studies.time_to_quality import driver
+from studies.time_to_quality.arms import ARMS, BASE
+from studies.time_to_quality.readings import first_minutes, table
+
+
+def _run(root: Path, name: str, overrides: list[str], validations: list[dict]) -> None:
+    folder = root / name
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    summary = {"epochs": len(validations), "seconds_per_epoch": 30.0, "validations": validations}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_table_reads_each_arms_own_overrides_and_its_minutes(tmp_path):
+    validations = [
+        {"minutes": 5.0, "valid/bleu": 36.0},
+        {"minutes": 6.5, "valid/bleu": 38.2},
+        {"minutes": 8.0, "valid/bleu": 37.0},
+    ]
+    _run(tmp_path, "a", [*BASE, "optim=adam", "hydra.run.dir=x", "resume=true"], validations)
+    (tmp_path / "unfinished").mkdir()  # no summary.json: not a row
+    lines = table(tmp_path).splitlines()
+    assert len(lines) == 3
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:5] == ["a", "`optim=adam`", "3", "30.0", "38.20 at 6.5"]
+    assert cells[5:] == ["5.0", "5.0", "6.5", "-", "-"]  # 30 35 37.9 40 41
+    assert first_minutes(validations, 37.9) == 6.5 and first_minutes([], 1.0) is None
+
+
+def test_an_arm_resumes_where_it_has_a_last_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver, "RUNS", tmp_path)
+    name = next(iter(ARMS))
+    fresh = driver.command(name, ARMS[name])
+    assert fresh[:2] == [sys.executable, "run.py"] and "resume=true" not in fresh
+    assert f"hydra.run.dir={tmp_path / name}" in fresh
+    (tmp_path / name / "checkpoints").mkdir(parents=True)
+    (tmp_path / name / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert driver.command(name, ARMS[name])[-1] == "resume=true"
