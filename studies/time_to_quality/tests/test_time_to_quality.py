@@ -44,3 +44,32 @@ def test_an_arm_resumes_where_it_has_a_last_checkpoint(tmp_path, monkeypatch):
     (tmp_path / name / "checkpoints").mkdir(parents=True)
     (tmp_path / name / "checkpoints" / "last.ckpt").write_bytes(b"")
     assert driver.command(name, ARMS[name])[-1] == "resume=true"
+
+
+def test_the_test_curve_steps_at_each_new_best_and_the_table_spreads_seeds(tmp_path):
+    from studies.time_to_quality.curve import CURVE_FILE, best_so_far, bleu_at, minutes_to
+    from studies.time_to_quality.curve import table as curve_table
+
+    validations = [
+        {"epoch": 1, "minutes": 1.0, "valid/bleu": 10.0},
+        {"epoch": 2, "minutes": 2.0, "valid/bleu": 30.0},
+        {"epoch": 3, "minutes": 3.0, "valid/bleu": 29.0},  # not better: the user keeps epoch 2
+        {"epoch": 4, "minutes": 4.0, "valid/bleu": 38.5},
+    ]
+    steps = best_so_far(validations)
+    assert [s["epoch"] for s in steps] == [1, 2, 4]
+    for s, test in zip(steps, (9.0, 31.0, 38.0)):
+        s["test_bleu"] = test
+    assert minutes_to(steps, 37.9) == 4.0 and minutes_to(steps, 39.0) is None
+    assert bleu_at(steps, 3.5) == 31.0 and bleu_at(steps, 0.5) is None
+    runs = []
+    for seed, shift in ((1, 0.0), (2, 2.0)):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        moved = [{**s, "minutes": s["minutes"] + shift} for s in steps]
+        (run / CURVE_FILE).write_text(json.dumps(moved))
+        runs.append(run)
+    cells = [c.strip() for c in curve_table(runs).splitlines()[2].strip("|").split("|")]
+    assert cells[0] == "5.00 (4.00-6.00)"  # minutes to 37.9: 4 and 6
+    assert cells[1] == "-"  # 39: never
+    assert cells[5] == "38.00 (38.00-38.00)"  # test BLEU at 8 minutes: 38.0 in both

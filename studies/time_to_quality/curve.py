@@ -1,0 +1,121 @@
+"""Test BLEU against minutes: the checkpoint a user would take at each moment of a run, scored.
+
+A run of the study keeps every epoch's checkpoint (`checkpoint.keep_epochs=-1`). At each
+validation the checkpoint a user would take is the best by valid BLEU so far; whenever it
+changes, that epoch's checkpoint translates test2016 (beam 5, `python run.py task=generate`).
+The curve is a step function: from the minute of that validation on, test BLEU is its score.
+
+    python -m studies.time_to_quality.curve outputs/ttq/fast_seed1 [...]   # writes test_curve.json
+    python -m studies.time_to_quality.curve --table outputs/ttq/fast_seed{1,2,3}
+
+`--table` prints, over the runs (seeds), the mean and spread of the minutes until test BLEU
+first reached each of `TARGETS` and of test BLEU at `AT_MINUTES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = (37.9, 39.0, 40.0, 41.0, 42.0)
+AT_MINUTES = (8.0, 10.0, 20.0, 45.0)
+CURVE_FILE = "test_curve.json"
+
+
+def best_so_far(validations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The validations at which the best valid BLEU so far changed (epoch, minutes, bleu)."""
+    out: list[dict[str, Any]] = []
+    for v in validations:
+        bleu = v.get("valid/bleu")
+        if isinstance(bleu, (int, float)) and (not out or bleu > out[-1]["valid_bleu"]):
+            out.append({"epoch": int(v["epoch"]), "minutes": v["minutes"], "valid_bleu": bleu})
+    return out
+
+
+def score_test(run: Path, epoch: int, beam: int = 5) -> float:
+    """test2016 sacreBLEU of `run`'s checkpoint of `epoch` (translated once, then read back)."""
+    out = run / "test_curve" / f"epoch{epoch:03d}"
+    result = out / "generate-test.json"
+    if not result.exists():
+        ckpt = run / "checkpoints" / f"epoch{epoch:03d}.ckpt"
+        if not ckpt.exists():
+            raise SystemExit(f"{ckpt}: missing; the run must keep every epoch (keep_epochs=-1)")
+        cmd = [sys.executable, "run.py", "task=generate", f"ckpt={ckpt}", "gen.split=test"]
+        cmd += [f"gen.beam={beam}", f"gen.output={out}", f"hydra.run.dir={out}"]
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    return float(json.loads(result.read_text())["scores"]["bleu"])
+
+
+def curve(run: Path) -> list[dict[str, Any]]:
+    """The run's steps: minutes, epoch, valid BLEU of the best so far, its test BLEU."""
+    summary = json.loads((run / "summary.json").read_text())
+    steps = best_so_far(summary["validations"])
+    for step in steps:
+        step["test_bleu"] = score_test(run, step["epoch"])
+    (run / CURVE_FILE).write_text(json.dumps(steps, indent=1) + "\n")
+    return steps
+
+
+def minutes_to(steps: list[dict[str, Any]], target: float) -> float | None:
+    return next((s["minutes"] for s in steps if s["test_bleu"] >= target), None)
+
+
+def bleu_at(steps: list[dict[str, Any]], minutes: float) -> float | None:
+    """Test BLEU of the checkpoint a user holds at `minutes` (None before the first, or after
+    the run ended if it ended sooner)."""
+    held = [s for s in steps if s["minutes"] <= minutes]
+    return held[-1]["test_bleu"] if held else None
+
+
+def _spread(values: list[float | None]) -> str:
+    """`mean (min-max)` of the runs that got there, and how many did when not all."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "-"
+    text = (
+        f"{statistics.mean(got):.2f}"
+        if len(got) == 1
+        else (f"{statistics.mean(got):.2f} ({min(got):.2f}-{max(got):.2f})")
+    )
+    return text if len(got) == len(values) else f"{text}, {len(got)} of {len(values)}"
+
+
+def table(runs: list[Path]) -> str:
+    """Markdown: minutes to each test BLEU target and test BLEU at fixed minutes, over `runs`."""
+    curves = [json.loads((r / CURVE_FILE).read_text()) for r in runs]
+    head = [f"min to test {t:g}" for t in TARGETS] + [f"test BLEU at {m:g} min" for m in AT_MINUTES]
+    cells = [_spread([minutes_to(c, t) for c in curves]) for t in TARGETS]
+    cells += [_spread([bleu_at(c, m) for c in curves]) for m in AT_MINUTES]
+    ended = max(c[-1]["minutes"] for c in curves)
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        "| " + " | ".join(cells) + " |",
+    ]
+    return "\n".join(lines) + f"\n\n{len(runs)} runs; the last best checkpoint at {ended:.1f} min."
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--table", action="store_true", help="only the table of existing curves")
+    args = ap.parse_args()
+    if not args.table:
+        for run in args.runs:
+            for s in curve(run):
+                print(
+                    f"{run.name}: epoch {s['epoch']} at {s['minutes']:.1f} min: valid "
+                    f"{s['valid_bleu']:.2f}, test {s['test_bleu']:.2f}",
+                    flush=True,
+                )
+    print(table(args.runs))
+
+
+if __name__ == "__main__":
+    main()
