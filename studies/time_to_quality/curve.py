@@ -6,7 +6,7 @@ changes, that epoch's checkpoint translates test2016 (beam 5, `python run.py tas
 The curve is a step function: from the minute of that validation on, test BLEU is its score.
 
     python -m studies.time_to_quality.curve outputs/ttq/fast_seed1 [...]   # writes test_curve.json
-    python -m studies.time_to_quality.curve --table outputs/ttq/fast_seed{1,2,3}
+    python -m studies.time_to_quality.curve --table outputs/ttq/fast_seed{1,2,3} --plot docs/img/ttq.png
 
 `--table` prints, over the runs (seeds), the mean and spread of the minutes until test BLEU
 first reached each of `TARGETS` and of test BLEU at `AT_MINUTES`.
@@ -101,10 +101,37 @@ def table(runs: list[Path]) -> str:
     return "\n".join(lines) + f"\n\n{len(runs)} runs; the last best checkpoint at {ended:.1f} min."
 
 
+def plot(groups: dict[str, list[Path]], path: Path) -> Path:
+    """Test BLEU of the checkpoint a user holds against the command's minutes: one step line
+    per run, a colour per recipe (`groups`: recipe label -> its runs' folders), the goals
+    dotted."""
+    from convseq.viz.canvas import finish_figure, new_figure, save_png
+
+    fig = new_figure(8, 4.5)
+    ax = fig.add_subplot(1, 1, 1)
+    for colour, (label, runs) in zip(("tab:blue", "tab:orange", "tab:green"), groups.items()):
+        for i, run in enumerate(runs):
+            steps = json.loads((run / CURVE_FILE).read_text())
+            xs = [s["minutes"] for s in steps]
+            ys = [s["test_bleu"] for s in steps]
+            ax.step(xs, ys, where="post", color=colour, alpha=0.8, label=label if i == 0 else None)
+    for minutes, bleu in ((8, 37.9), (20, 41.0), (45, 42.0)):
+        ax.plot([minutes], [bleu], marker="*", color="black", linestyle="none")
+    ax.set_xlabel("minutes since the command started (2 CPU cores)")
+    ax.set_ylabel("test2016 BLEU (beam 5, best-by-valid checkpoint)")
+    ax.set_ylim(bottom=20)
+    ax.grid(alpha=0.3)
+    return save_png(
+        finish_figure(fig, ax, "Multi30k de-en: time to quality (stars: the goals)"), path
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
     ap.add_argument("--table", action="store_true", help="only the table of existing curves")
+    ap.add_argument("--plot", type=Path, help="also draw the curves into this PNG")
+    ap.add_argument("--label", default="multi30k_fast", help="the runs' legend entry")
     args = ap.parse_args()
     if not args.table:
         for run in args.runs:
@@ -115,6 +142,8 @@ def main() -> None:
                     flush=True,
                 )
     print(table(args.runs))
+    if args.plot:
+        print(f"figure: {plot({args.label: args.runs}, args.plot)}")
 
 
 if __name__ == "__main__":

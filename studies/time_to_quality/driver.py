@@ -25,7 +25,8 @@ def command(name: str, overrides: list[str]) -> list[str]:
     """The arm's `python run.py` command line (resuming where it has a last.ckpt)."""
     folder = RUNS / name
     resume = ["resume=true"] if (folder / "checkpoints" / "last.ckpt").exists() else []
-    return [sys.executable, "run.py", *BASE, *overrides, f"hydra.run.dir={folder}", *resume]
+    base = [] if overrides and overrides[0].startswith("experiment=") else BASE
+    return [sys.executable, "run.py", *base, *overrides, f"hydra.run.dir={folder}", *resume]
 
 
 def main() -> None:

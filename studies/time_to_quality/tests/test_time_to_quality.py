@@ -73,3 +73,23 @@ def test_the_test_curve_steps_at_each_new_best_and_the_table_spreads_seeds(tmp_p
     assert cells[0] == "5.00 (4.00-6.00)"  # minutes to 37.9: 4 and 6
     assert cells[1] == "-"  # 39: never
     assert cells[5] == "38.00 (38.00-38.00)"  # test BLEU at 8 minutes: 38.0 in both
+
+
+def test_a_recipe_arm_runs_its_own_experiment_without_the_exploration_base(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver, "RUNS", tmp_path)
+    cmd = driver.command("fast_seed2", ARMS["fast_seed2"])
+    assert "experiment=multi30k_fast" in cmd and "seed=2" in cmd
+    assert not set(BASE) & set(cmd)  # no time cap, no multi30k_study, its own final test
+    explore = driver.command("adam5e-3_cos1600", ARMS["adam5e-3_cos1600"])
+    assert explore[2 : 2 + len(BASE)] == BASE
+
+
+def test_the_figure_is_a_png_of_every_runs_steps(tmp_path):
+    from studies.time_to_quality.curve import CURVE_FILE, plot
+
+    run = tmp_path / "seed1"
+    run.mkdir()
+    steps = [{"minutes": 1.0, "test_bleu": 20.0}, {"minutes": 5.0, "test_bleu": 38.5}]
+    (run / CURVE_FILE).write_text(json.dumps(steps))
+    png = plot({"fast": [run]}, tmp_path / "ttq.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
