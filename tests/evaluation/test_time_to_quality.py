@@ -26,9 +26,11 @@ def test_each_whole_number_takes_the_first_validation_that_reached_it():
     assert {reached[n] for n in range(1, 21)} == {1.0}
     assert reached[21] == reached[22] == 3.0
     line = time_to_quality_line(reached)
-    assert line == (
-        "valid BLEU first reached <=20 at 1.0, 21 at 3.0, 22 at 3.0 min (since the command started)"
+    assert (
+        line == "valid BLEU first reached <=20 at 1.0, 21-22 at 3.0 min (since the command started)"
     )
+    line = time_to_quality_line({1: 0.5, 2: 0.9, 3: 0.9, 4: 1.2})
+    assert line.startswith("valid BLEU first reached 1 at 0.5, 2-3 at 0.9, 4 at 1.2 min")
     assert time_to_quality_line({}) is None
 
 

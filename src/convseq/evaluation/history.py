@@ -121,13 +121,22 @@ def minutes_to_scores(
 
 
 def time_to_quality_line(reached: dict[int, float], name: str = "valid BLEU") -> str | None:
-    """`valid BLEU first reached 25 at 3.1 min, 26 at 3.6, ...` (from the last number every
-    lower one shares a validation with); None when nothing was reached."""
+    """`valid BLEU first reached <=20 at 1.4, 21-24 at 2.0, 25 at 2.6 min (...)`: the whole
+    numbers reached at the same validation grouped (the first group holds every lower number);
+    None when nothing was reached."""
     if not reached:
         return None
-    numbers = sorted(reached)
-    first = max(n for n in numbers if reached[n] == reached[numbers[0]])
-    parts = [f"{n} at {reached[n]:.1f}" for n in numbers if n >= first]
-    head = f"<={first}" if first > 1 else str(first)
-    parts[0] = parts[0].replace(f"{first} at", f"{head} at", 1)
+    groups: list[list[int]] = []
+    for n in sorted(reached):
+        if groups and reached[groups[-1][-1]] == reached[n]:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    parts = []
+    for i, g in enumerate(groups):
+        if i == 0 and g[-1] > 1:
+            label = f"<={g[-1]}"
+        else:
+            label = str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}"
+        parts.append(f"{label} at {reached[g[0]]:.1f}")
     return f"{name} first reached " + ", ".join(parts) + " min (since the command started)"
