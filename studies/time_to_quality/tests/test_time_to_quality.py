@@ -79,7 +79,8 @@ def test_a_recipe_arm_runs_its_own_experiment_without_the_exploration_base(tmp_p
     monkeypatch.setattr(driver, "RUNS", tmp_path)
     cmd = driver.command("fast_seed2", ARMS["fast_seed2"])
     assert "experiment=multi30k_fast" in cmd and "seed=2" in cmd
-    assert not set(BASE) & set(cmd)  # no time cap, no multi30k_study, its own final test
+    # not the exploration's study base nor its blindness to test: the recipe's own final test
+    assert "experiment=multi30k_study" not in cmd and "final_test=false" not in cmd
     explore = driver.command("adam5e-3_cos1600", ARMS["adam5e-3_cos1600"])
     assert explore[2 : 2 + len(BASE)] == BASE
 
