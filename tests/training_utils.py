@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,19 @@ def launch_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str,
     for key in DDP_VARIABLES:
         env.pop(key, None)
     return env
+
+
+def ddp_script_command(
+    tiny: dict[str, Path], output_dir: Path, record_dir: Path, *overrides: str
+) -> list[str]:
+    """The command line of tests/ddp_script.py (2 gloo ranks) on the tiny corpus."""
+    script = Path(__file__).resolve().parent / "ddp_script.py"
+    return [
+        sys.executable,
+        str(script),
+        str(tiny["corpus"]),
+        str(tiny["cache"]),
+        str(output_dir),
+        str(record_dir),
+        *overrides,
+    ]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -26,8 +25,7 @@ from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.optim.build import build_optimizer
 from convseq.training.module import ConvSeqModule
-from tests.conftest import ROOT
-from tests.training_utils import launch_env
+from tests.training_utils import ddp_script_command, launch_env
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +34,7 @@ def ddp_run(tiny_data, tmp_path_factory):
     work = tmp_path_factory.mktemp("ddp")
     out, record = work / "out", work / "record"
     env = launch_env()
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_script.py"),
-        str(tiny_data["corpus"]),
-        str(tiny_data["cache"]),
-        str(out),
-        str(record),
-    ]
+    cmd = ddp_script_command(tiny_data, out, record)
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [torch.load(record / f"rank{r}.pt", weights_only=True) for r in (0, 1)]

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from convseq.data.databin import DataBin
-from tests.conftest import ROOT, run_folder_names
+from tests.conftest import run_folder_names
 from tests.training.run_py import (
     GEN,
     RUN,
@@ -32,22 +31,14 @@ from tests.training.run_py import (
     signal_in_epoch_2,
     start,
 )
-from tests.training_utils import launch_env
+from tests.training_utils import ddp_script_command, launch_env
 
 
 def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = launch_env()
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_script.py"),
-        str(tiny_data["corpus"]),
-        str(tiny_data["cache"]),
-        str(out),
-        str(out.with_name(out.name + "_record")),
-        *RUN,
-        *GEN,
-        *extra,
-    ]
+    cmd = ddp_script_command(
+        tiny_data, out, out.with_name(out.name + "_record"), *RUN, *GEN, *extra
+    )
     proc = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc

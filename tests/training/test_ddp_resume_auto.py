@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,17 @@ import torch
 
 from convseq.errors import CheckpointError
 from convseq.training.resume_agreement import check_agreement
-from tests.conftest import ROOT
-from tests.training_utils import launch_env
+from tests.training_utils import ddp_script_command, launch_env
 
 PER_EPOCH = 10  # tests/ddp_script.py's batches: 19 an epoch, 10 a rank (one dummy)
 
 
 def ddp(tiny_data, out: Path, *extra: str) -> dict:
     """tests/ddp_script.py (2 ranks, 2 epochs) with `extra` overrides; its summary.json."""
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_script.py"),
-        str(tiny_data["corpus"]),
-        str(tiny_data["cache"]),
-        str(out),
-        str(out.with_name(out.name + "_record")),
-        "trainer.max_epochs=2",
-        "model.dropout=0.1",
-        *extra,
-    ]
+    record = out.with_name(out.name + "_record")
+    cmd = ddp_script_command(
+        tiny_data, out, record, "trainer.max_epochs=2", "model.dropout=0.1", *extra
+    )
     proc = subprocess.run(
         cmd, cwd=out.parent, env=launch_env(), capture_output=True, text=True, timeout=300
     )

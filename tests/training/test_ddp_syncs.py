@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections import Counter
 from types import SimpleNamespace
 
@@ -34,9 +33,8 @@ from convseq.training.strategy import (
     _EpochLoopSharingTheSignalOnce,
     strategy_argument,
 )
-from tests.conftest import ROOT
 from tests.search.host_reads import HostReads
-from tests.training_utils import launch_env
+from tests.training_utils import ddp_script_command, launch_env
 
 UPDATES = 6
 
@@ -87,17 +85,14 @@ def test_the_signal_flag_is_broadcast_once_per_fit_not_per_batch(one_rank_group)
 def _per_update(tmp_path, tiny_data, name: str, strategy: str, *options: str) -> list[list[dict]]:
     """Each rank's host reads and collectives of every update of a 2-rank gloo run."""
     work = tmp_path / name
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_script.py"),
-        str(tiny_data["corpus"]),
-        str(tiny_data["cache"]),
-        str(work / "out"),
-        str(work / "record"),
+    cmd = ddp_script_command(
+        tiny_data,
+        work / "out",
+        work / "record",
         "count_syncs=1",
         f"trainer.limit_train_batches={UPDATES}",
         *options,
-    ]
+    )
     proc = subprocess.run(
         cmd, cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=400
     )

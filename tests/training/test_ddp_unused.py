@@ -7,15 +7,13 @@ parameters gets a gradient; PyTorch's DDP, not told, fails at the second step.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from convseq.models.fconv import FConvModel
 from convseq.training.unused_params import unused_parameters
-from tests.conftest import ROOT
-from tests.training_utils import launch_env
+from tests.training_utils import ddp_script_command, launch_env
 
 TINY = {
     "encoder_embed_dim": 16,
@@ -52,18 +50,15 @@ def test_the_probe_leaves_gradients_mode_and_random_stream_as_they_were():
 
 def _ddp(tmp_path, tiny_data, *options: str) -> tuple[subprocess.CompletedProcess, object]:
     work = tmp_path / "work"
-    cmd = [
-        sys.executable,
-        str(ROOT / "tests" / "ddp_script.py"),
-        str(tiny_data["corpus"]),
-        str(tiny_data["cache"]),
-        str(work / "out"),
-        str(work / "record"),
+    cmd = ddp_script_command(
+        tiny_data,
+        work / "out",
+        work / "record",
         "model.decoder_attention=false",
         "trainer.limit_train_batches=4",
         "final_test=false",
         *options,
-    ]
+    )
     proc = subprocess.run(
         cmd, cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=300
     )
