@@ -33,13 +33,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 BEFORE = "231f29b"  # before foreach NAG and the host-sync work
-TINY = [
-    "model.encoder_embed_dim=16",
-    "model.decoder_embed_dim=16",
-    "model.decoder_out_embed_dim=16",
-    "model.encoder_layers=[[16,3]]",
-    "model.decoder_layers=[[16,3]]",
-]
 
 
 # -- one run, in the child process ----------------------------------------------------------------
@@ -60,7 +53,12 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
             self.ends.append(time.perf_counter())
 
-    data = TINY if dry else ["experiment=multi30k_study", f"paths.data_root={DATA_ROOT}"]
+    if dry:  # this tree only (bench/gpu_common.py imports this checkout's convseq)
+        from gpu_common import TINY_MODEL
+
+        data = TINY_MODEL
+    else:
+        data = ["experiment=multi30k_study", f"paths.data_root={DATA_ROOT}"]
     overrides = [
         *data,
         f"paths.cache_dir={cache}",
