@@ -80,6 +80,15 @@ def test_the_signal_flag_is_agreed_on_the_cpu_not_on_the_training_device(monkeyp
     assert reduced[-1] == ("cpu", "gloo group")  # the group is made once and kept
 
 
+# one epoch, the progress bar drawn at every batch, figures logged every 4 updates
+BAR_ON = [
+    "trainer.max_epochs=1",
+    "trainer.log_every_n_steps=4",
+    "trainer.enable_progress_bar=true",
+    "trainer.progress=bar",
+]
+
+
 def test_update_figures_are_made_and_logged_on_logging_steps_only(tiny_data, tmp_path, monkeypatch):
     """Logged at every update, the bar's figures were read back (`.item()`) and the Python
     numbers copied to the device at every batch; now only on the updates Lightning writes."""
@@ -99,10 +108,7 @@ def test_update_figures_are_made_and_logged_on_logging_steps_only(tiny_data, tmp
     cfg = tiny_config(
         tiny_data,
         tmp_path,
-        "trainer.max_epochs=1",
-        "trainer.log_every_n_steps=4",
-        "trainer.enable_progress_bar=true",
-        "trainer.progress=bar",
+        *BAR_ON,
         "max_update=10",
         "final_test=false",
     )
@@ -158,10 +164,7 @@ def test_an_update_reads_the_device_once_with_the_progress_bar_on(tiny_data, tmp
     cfg = tiny_config(
         tiny_data,
         tmp_path,
-        "trainer.max_epochs=1",
-        "trainer.log_every_n_steps=4",
-        "trainer.enable_progress_bar=true",
-        "trainer.progress=bar",
+        *BAR_ON,
         "max_update=13",
         "final_test=false",
     )

@@ -14,6 +14,7 @@ import torch
 from convseq.common.machine import cpu_model
 from convseq.common.tf32 import tf32_state
 from convseq.common.threads import ThreadChoice, affinity
+from convseq.inference.precision import device_type
 
 __all__ = ["header_lines", "log_header"]
 
@@ -59,9 +60,7 @@ def header_lines(
     devices = (
         f"{tcfg.get('accelerator')} x {tcfg.get('devices')} x {tcfg.get('num_nodes', 1)} nodes"
     )
-    cuda = str(tcfg.get("accelerator")) in ("gpu", "cuda") or (
-        str(tcfg.get("accelerator")) == "auto" and torch.cuda.is_available()
-    )
+    cuda = device_type(tcfg.get("accelerator")) == "cuda"
     # trainer.tf32 (default true) is set process-wide before this (convseq.common.tf32)
     tf32 = f"TF32 {tf32_state()} (trainer.tf32{'' if cuda else ', CUDA only: unused here'})"
     return [
