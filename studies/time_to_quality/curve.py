@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from studies.time_to_quality.scoring import bleu
+
 TARGETS = (37.9, 39.0, 40.0, 41.0, 42.0)
 AT_MINUTES = (8.0, 10.0, 20.0, 45.0)
 CURVE_FILE = "test_curve.json"
@@ -40,16 +39,8 @@ def best_so_far(validations: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def score_test(run: Path, epoch: int, beam: int = 5) -> float:
     """test2016 sacreBLEU of `run`'s checkpoint of `epoch` (translated once, then read back)."""
-    out = run / "test_curve" / f"epoch{epoch:03d}"
-    result = out / "generate-test.json"
-    if not result.exists():
-        ckpt = run / "checkpoints" / f"epoch{epoch:03d}.ckpt"
-        if not ckpt.exists():
-            raise SystemExit(f"{ckpt}: missing; the run must keep every epoch (keep_epochs=-1)")
-        cmd = [sys.executable, "run.py", "task=generate", f"ckpt={ckpt}", "gen.split=test"]
-        cmd += [f"gen.beam={beam}", f"gen.output={out}", f"hydra.run.dir={out}"]
-        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    return float(json.loads(result.read_text())["scores"]["bleu"])
+    ckpt = run / "checkpoints" / f"epoch{epoch:03d}.ckpt"
+    return bleu(ckpt, run / "test_curve" / f"epoch{epoch:03d}", "test", beam=beam)
 
 
 def curve(run: Path) -> list[dict[str, Any]]:
@@ -115,8 +106,8 @@ def plot(groups: dict[str, list[Path]], path: Path) -> Path:
             xs = [s["minutes"] for s in steps]
             ys = [s["test_bleu"] for s in steps]
             ax.step(xs, ys, where="post", color=colour, alpha=0.8, label=label if i == 0 else None)
-    for minutes, bleu in ((8, 37.9), (20, 41.0), (45, 42.0)):
-        ax.plot([minutes], [bleu], marker="*", color="black", linestyle="none")
+    for minutes, goal in ((8, 37.9), (20, 41.0), (45, 42.0)):
+        ax.plot([minutes], [goal], marker="*", color="black", linestyle="none")
     ax.set_xlabel("minutes since the command started (2 CPU cores)")
     ax.set_ylabel("test2016 BLEU (beam 5, best-by-valid checkpoint)")
     ax.set_ylim(bottom=20)

@@ -11,23 +11,13 @@ change between repeats). Run it with nothing else running.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from studies.time_to_quality.scoring import translate
+
 PRECISIONS = ("fp32", "bf16", "int8")
-
-
-def generate(ckpt: Path, precision: str, out: Path) -> dict:
-    """One translation of the test split; generate-test.json's content."""
-    cmd = [sys.executable, "run.py", "task=generate", f"ckpt={ckpt}", "gen.split=test"]
-    cmd += ["gen.beam=5", f"gen.precision={precision}", f"gen.output={out}", f"hydra.run.dir={out}"]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    return json.loads((out / "generate-test.json").read_text())
 
 
 def main() -> None:
@@ -42,7 +32,7 @@ def main() -> None:
         for r in range(args.repeats):
             order = PRECISIONS[r % 3 :] + PRECISIONS[: r % 3]
             for p in order:
-                result = generate(ckpt, p, Path(tmp) / f"{p}{r}")
+                result = translate(ckpt, Path(tmp) / f"{p}{r}", precision=p)
                 speeds[p].append(result["sentences"] / result["seconds"])
                 bleu[p] = result["scores"]["bleu"]
     print("| gen.precision | test BLEU | sentences/s (median) | speed vs fp32 |")

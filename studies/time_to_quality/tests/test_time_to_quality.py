@@ -94,3 +94,48 @@ def test_the_figure_is_a_png_of_every_runs_steps(tmp_path):
     (run / CURVE_FILE).write_text(json.dumps(steps))
     png = plot({"fast": [run]}, tmp_path / "ttq.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_averaging_reads_whole_windows_of_kept_epochs_against_the_best_so_far(
+    tmp_path, monkeypatch
+):
+    from studies.time_to_quality import averaging
+
+    assert averaging.window({3, 4, 5}, 5, 3) == [5, 4, 3]
+    assert averaging.window({3, 5}, 5, 3) is None  # epoch 4 was not kept
+    assert averaging.window({1, 2}, 2, 3) is None  # no epoch 0
+    assert averaging.epochs_to_read(9, 3, 2) == [4, 6, 8, 9]
+    assert averaging.epochs_to_read(8, 3, 2) == [4, 6, 8]
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for e in range(1, 7):
+        (run / "checkpoints" / f"epoch{e:03d}.ckpt").write_bytes(b"")
+    bleus = [10.0, 30.0, 35.0, 38.0, 37.0, 36.5]  # the best so far stays at epoch 4's 38.0
+    validations = [
+        {"epoch": e, "minutes": float(e), "valid/bleu": b} for e, b in enumerate(bleus, 1)
+    ]
+    (run / "summary.json").write_text(json.dumps({"validations": validations}))
+    averaged = []
+    monkeypatch.setattr(
+        averaging, "averaged_bleu", lambda r, epochs: averaged.append(epochs) or 38.5
+    )
+    read = averaging.rows(run, [3, 5], 2)
+    assert averaged == [[4, 3, 2], [6, 5, 4], [6, 5, 4, 3, 2]]  # epoch 4 has no 5 before it
+    assert [(r["epoch"], r["best"], r["own"]) for r in read] == [(4, 38.0, 38.0), (6, 38.0, 36.5)]
+    assert read[0]["avg5"] is None
+    last = averaging.table(read, [3, 5]).splitlines()[-1]
+    assert last == "| 6 | 6.0 | 36.50 | 38.00 | 38.50 (+0.50) | 38.50 (+0.50) |"
+
+
+def test_a_kept_translation_is_read_back_and_a_missing_checkpoint_is_named(tmp_path):
+    import pytest
+
+    from studies.time_to_quality.scoring import bleu
+
+    out = tmp_path / "done"
+    out.mkdir()
+    (out / "generate-valid.json").write_text(json.dumps({"scores": {"bleu": 41.25}}))
+    assert bleu(tmp_path / "gone.ckpt", out, "valid") == 41.25  # not translated again
+    with pytest.raises(SystemExit, match="gone.ckpt: missing"):
+        bleu(tmp_path / "gone.ckpt", tmp_path / "new", "valid")
