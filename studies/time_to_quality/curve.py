@@ -7,6 +7,7 @@ The curve is a step function: from the minute of that validation on, test BLEU i
 
     python -m studies.time_to_quality.curve outputs/ttq/fast_seed1 [...]   # writes test_curve.json
     python -m studies.time_to_quality.curve --table outputs/ttq/fast_seed{1,2,3} --plot docs/img/ttq.png
+    python -m studies.time_to_quality.curve RUN... --group multi30k_fconv RUN... --plot ttq.png
 
 `--table` prints, over the runs (seeds), the mean and spread of the minutes until test BLEU
 first reached each of `TARGETS` and of test BLEU at `AT_MINUTES`.
@@ -20,6 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from convseq.common.machine import cpu_model
 from studies.time_to_quality.scoring import bleu
 
 TARGETS = (37.9, 39.0, 40.0, 41.0, 42.0)
@@ -92,10 +94,10 @@ def table(runs: list[Path]) -> str:
     return "\n".join(lines) + f"\n\n{len(runs)} runs; the last best checkpoint at {ended:.1f} min."
 
 
-def plot(groups: dict[str, list[Path]], path: Path) -> Path:
+def plot(groups: dict[str, list[Path]], path: Path, cpu: str = "") -> Path:
     """Test BLEU of the checkpoint a user holds against the command's minutes: one step line
     per run, a colour per recipe (`groups`: recipe label -> its runs' folders), the goals
-    dotted."""
+    starred; `cpu` names the machine on the x axis."""
     from convseq.viz.canvas import finish_figure, new_figure, save_png
 
     fig = new_figure(8, 4.5)
@@ -108,7 +110,8 @@ def plot(groups: dict[str, list[Path]], path: Path) -> Path:
             ax.step(xs, ys, where="post", color=colour, alpha=0.8, label=label if i == 0 else None)
     for minutes, goal in ((8, 37.9), (20, 41.0), (45, 42.0)):
         ax.plot([minutes], [goal], marker="*", color="black", linestyle="none")
-    ax.set_xlabel("minutes since the command started (2 CPU cores)")
+    where = f"2 cores of {cpu}" if cpu else "2 CPU cores"
+    ax.set_xlabel(f"minutes since the command started ({where})")
     ax.set_ylabel("test2016 BLEU (beam 5, best-by-valid checkpoint)")
     ax.set_ylim(bottom=20)
     ax.grid(alpha=0.3)
@@ -123,18 +126,33 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="only the table of existing curves")
     ap.add_argument("--plot", type=Path, help="also draw the curves into this PNG")
     ap.add_argument("--label", default="multi30k_fast", help="the runs' legend entry")
+    ap.add_argument(
+        "--group",
+        nargs="+",
+        action="append",
+        default=[],
+        metavar="LABEL RUN",
+        help="another recipe's runs in the figure and a table of their own: a label, then folders",
+    )
+    ap.add_argument("--cpu", help="the training machine's CPU for the figure (default: this one's)")
     args = ap.parse_args()
-    if not args.table:
-        for run in args.runs:
-            for s in curve(run):
-                print(
-                    f"{run.name}: epoch {s['epoch']} at {s['minutes']:.1f} min: valid "
-                    f"{s['valid_bleu']:.2f}, test {s['test_bleu']:.2f}",
-                    flush=True,
-                )
-    print(table(args.runs))
+    groups = {args.label: args.runs}
+    for label, *runs in args.group:
+        if not runs:
+            ap.error(f"--group {label}: give the label, then at least one run folder")
+        groups[label] = [Path(r) for r in runs]
+    for label, runs in groups.items():
+        if not args.table:
+            for run in runs:
+                for s in curve(run):
+                    print(
+                        f"{run.name}: epoch {s['epoch']} at {s['minutes']:.1f} min: valid "
+                        f"{s['valid_bleu']:.2f}, test {s['test_bleu']:.2f}",
+                        flush=True,
+                    )
+        print(f"{label}:\n{table(runs)}\n")
     if args.plot:
-        print(f"figure: {plot({args.label: args.runs}, args.plot)}")
+        print(f"figure: {plot(groups, args.plot, args.cpu or cpu_model())}")
 
 
 if __name__ == "__main__":

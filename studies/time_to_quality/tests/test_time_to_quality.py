@@ -139,3 +139,29 @@ def test_a_kept_translation_is_read_back_and_a_missing_checkpoint_is_named(tmp_p
     assert bleu(tmp_path / "gone.ckpt", out, "valid") == 41.25  # not translated again
     with pytest.raises(SystemExit, match="gone.ckpt: missing"):
         bleu(tmp_path / "gone.ckpt", tmp_path / "new", "valid")
+
+
+def test_two_recipes_get_a_table_each_and_one_figure(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from studies.time_to_quality import curve
+
+    runs = {}
+    for name, bleu in (("fast1", 38.0), ("fast2", 39.0), ("fconv1", 30.0)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / curve.CURVE_FILE).write_text(json.dumps([{"minutes": 4.0, "test_bleu": bleu}]))
+        runs[name] = str(run)
+    png = tmp_path / "both.png"
+    argv = ["curve", "--table", runs["fast1"], runs["fast2"], "--group", "fconv", runs["fconv1"]]
+    monkeypatch.setattr(sys, "argv", [*argv, "--plot", str(png), "--cpu", "Test CPU"])
+    curve.main()
+    out = capsys.readouterr().out
+    fast, fconv = out.split("fconv:\n")
+    assert "4.00 (4.00-4.00)" in fast.split("multi30k_fast:\n")[1]  # both seeds reach 37.9 at 4
+    assert "2 runs" in fast and "| - |" in fconv and "1 runs" in fconv  # 30.0: never 37.9
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    monkeypatch.setattr(sys, "argv", ["curve", "--table", runs["fast1"], "--group", "fconv"])
+    with pytest.raises(SystemExit):
+        curve.main()
+    assert "--group fconv: give the label, then at least one run folder" in capsys.readouterr().err
