@@ -28,6 +28,12 @@ def window(kept: set[int], epoch: int, n: int) -> list[int] | None:
     return epochs if epoch - n + 1 >= 1 and all(e in kept for e in epochs) else None
 
 
+def best_n(bleus: dict[int, float], kept: set[int], epoch: int, n: int) -> list[int] | None:
+    """The `n` kept epochs up to `epoch` with the highest valid BLEU (best first), or None."""
+    ranked = sorted((e for e in bleus if e <= epoch and e in kept), key=lambda e: -bleus[e])
+    return ranked[:n] if len(ranked) >= n else None
+
+
 def epochs_to_read(last: int, smallest_n: int, every: int) -> list[int]:
     """Every `every`-th epoch from the first one the smallest window fits, and the last."""
     start = smallest_n + (-smallest_n) % every  # the first multiple of `every` >= smallest_n
@@ -39,7 +45,7 @@ def averaged_bleu(run: Path, epochs: list[int]) -> float:
     """Valid BLEU of the average of `run`'s checkpoints of `epochs` (written once, then reused)."""
     from convseq.checkpoints.average import average_checkpoints
 
-    out = run / FOLDER / f"e{epochs[0]:03d}_n{len(epochs)}"
+    out = run / FOLDER / ("e" + "-".join(f"{e:03d}" for e in sorted(epochs, reverse=True)))
     ckpt = out / "averaged.ckpt"
     if not (out / "generate-valid.json").exists() and not ckpt.exists():
         paths = [run / "checkpoints" / f"epoch{e:03d}.ckpt" for e in epochs]
@@ -52,7 +58,8 @@ def averaged_bleu(run: Path, epochs: list[int]) -> float:
 
 def rows(run: Path, ns: list[int], every: int) -> list[dict[str, Any]]:
     """One row per epoch read: minutes, the epoch's own and the best valid BLEU so far, and the
-    valid BLEU of each average (None where the run did not keep the window's epochs)."""
+    valid BLEU of the average of the last n and of the best n so far (None where the run did
+    not keep enough epochs)."""
     summary = json.loads((run / "summary.json").read_text())
     validations = [v for v in summary["validations"] if "valid/bleu" in v]
     by_epoch = {int(v["epoch"]): v for v in validations}
@@ -62,9 +69,13 @@ def rows(run: Path, ns: list[int], every: int) -> list[dict[str, Any]]:
         best = max(v["valid/bleu"] for e, v in by_epoch.items() if e <= epoch)
         row = {"epoch": epoch, "minutes": by_epoch[epoch]["minutes"], "best": best}
         row["own"] = by_epoch[epoch]["valid/bleu"]
+        bleus = {e: v["valid/bleu"] for e, v in by_epoch.items()}
         for n in ns:
-            epochs = window(kept, epoch, n)
-            row[f"avg{n}"] = averaged_bleu(run, epochs) if epochs else None
+            for name, epochs in (
+                ("last", window(kept, epoch, n)),
+                ("best", best_n(bleus, kept, epoch, n)),
+            ):
+                row[f"{name}{n}"] = averaged_bleu(run, epochs) if epochs else None
         print(json.dumps(row), flush=True)
         out.append(row)
     return out
@@ -73,12 +84,12 @@ def rows(run: Path, ns: list[int], every: int) -> list[dict[str, Any]]:
 def table(read: list[dict[str, Any]], ns: list[int]) -> str:
     """Markdown: the rows, with each average's gain over the best single checkpoint so far."""
     head = ["epoch", "minutes", "valid BLEU of the epoch", "best so far"]
-    head += [f"average of the last {n} (vs best)" for n in ns]
+    head += [f"average of the {k} {n} (vs best)" for n in ns for k in ("last", "best")]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in read:
         cells = [str(r["epoch"]), f"{r['minutes']:.1f}", f"{r['own']:.2f}", f"{r['best']:.2f}"]
-        for n in ns:
-            v = r[f"avg{n}"]
+        for key in (f"{k}{n}" for n in ns for k in ("last", "best")):
+            v = r[key]
             cells.append("-" if v is None else f"{v:.2f} ({v - r['best']:+.2f})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

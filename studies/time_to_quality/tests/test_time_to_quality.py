@@ -104,6 +104,10 @@ def test_averaging_reads_whole_windows_of_kept_epochs_against_the_best_so_far(
     assert averaging.window({3, 4, 5}, 5, 3) == [5, 4, 3]
     assert averaging.window({3, 5}, 5, 3) is None  # epoch 4 was not kept
     assert averaging.window({1, 2}, 2, 3) is None  # no epoch 0
+    bleus = {1: 10.0, 2: 30.0, 3: 29.0, 4: 31.0}
+    assert averaging.best_n(bleus, {1, 2, 3, 4}, 4, 2) == [4, 2]
+    assert averaging.best_n(bleus, {1, 2, 3}, 4, 2) == [2, 3]  # epoch 4 was not kept
+    assert averaging.best_n(bleus, {1, 2, 3, 4}, 1, 2) is None
     assert averaging.epochs_to_read(9, 3, 2) == [4, 6, 8, 9]
     assert averaging.epochs_to_read(8, 3, 2) == [4, 6, 8]
 
@@ -121,11 +125,18 @@ def test_averaging_reads_whole_windows_of_kept_epochs_against_the_best_so_far(
         averaging, "averaged_bleu", lambda r, epochs: averaged.append(epochs) or 38.5
     )
     read = averaging.rows(run, [3, 5], 2)
-    assert averaged == [[4, 3, 2], [6, 5, 4], [6, 5, 4, 3, 2]]  # epoch 4 has no 5 before it
+    assert averaged == [
+        [4, 3, 2],  # epoch 4: the last 3, the best 3 (the same), no 5 before it
+        [4, 3, 2],
+        [6, 5, 4],  # epoch 6: the last 3, then the best 3 so far
+        [4, 5, 6],
+        [6, 5, 4, 3, 2],
+        [4, 5, 6, 3, 2],
+    ]
     assert [(r["epoch"], r["best"], r["own"]) for r in read] == [(4, 38.0, 38.0), (6, 38.0, 36.5)]
-    assert read[0]["avg5"] is None
+    assert read[0]["last5"] is None and read[0]["best5"] is None
     last = averaging.table(read, [3, 5]).splitlines()[-1]
-    assert last == "| 6 | 6.0 | 36.50 | 38.00 | 38.50 (+0.50) | 38.50 (+0.50) |"
+    assert last == "| 6 | 6.0 | 36.50 | 38.00 |" + " 38.50 (+0.50) |" * 4
 
 
 def test_a_kept_translation_is_read_back_and_a_missing_checkpoint_is_named(tmp_path):
