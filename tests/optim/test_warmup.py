@@ -116,3 +116,16 @@ def test_checkpoints_hold_the_next_updates_lr(tiny_data, tmp_path):
     assert ckpt["global_step"] == 18  # the tiny corpus's one epoch
     lr = ckpt["optimizer_states"][0]["param_groups"][0]["lr"]
     assert lr == pytest.approx(0.002 * math.sqrt(5 / 19), rel=1e-9)
+
+
+def test_a_cosine_without_an_end_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch):
+    from convseq.tasks import train as train_task
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data-bin was opened before the schedule was checked")
+
+    monkeypatch.setattr(train_task, "open_databin", no_data)
+    nowhere = {"corpus": tmp_path / "no-corpus", "cache": tmp_path / "cache"}
+    cfg = tiny_config(nowhere, tmp_path / "run", "anneal=cosine", "final_test=false")
+    with pytest.raises(OptimConfigError, match="anneal.total_updates"):
+        train_task.train(cfg)

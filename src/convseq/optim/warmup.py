@@ -19,7 +19,7 @@ from typing import Any
 
 from convseq.optim.build import OptimConfigError
 
-__all__ = ["UPDATE_SCHEDULES", "UpdateSchedule"]
+__all__ = ["UPDATE_SCHEDULES", "UpdateSchedule", "check_update_schedule"]
 
 UPDATE_SCHEDULES = ("inverse_sqrt", "cosine")
 
@@ -77,3 +77,10 @@ class UpdateSchedule:
         if self.name == "cosine" and updates_done >= self.total:
             return f"the cosine schedule ended at update {self.total} (anneal.total_updates)"
         return None
+
+
+def check_update_schedule(anneal_cfg: Mapping[str, Any], lr: float, max_update: int = 0) -> None:
+    """Refuse a bad ``inverse_sqrt`` / ``cosine`` setting (`UpdateSchedule`'s checks) at once,
+    before a run prepares its data; other schedules are checked by their own rule."""
+    if anneal_cfg.get("name") in UPDATE_SCHEDULES:
+        UpdateSchedule(anneal_cfg, lr=lr, max_update=max_update)
