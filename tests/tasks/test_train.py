@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -171,8 +173,9 @@ def test_max_update_stops_in_the_middle_of_an_epoch(tiny_data, one_thread, tmp_p
 
 
 def test_patience_stops_after_that_many_validations_without_improvement(
-    tiny_data, one_thread, tmp_path
+    tiny_data, one_thread, tmp_path, caplog
 ):
+    caplog.set_level(logging.INFO, logger="convseq.progress")
     # lr 0: the weights never change, so every validation equals the first.
     train(
         _tiny(
@@ -182,11 +185,18 @@ def test_patience_stops_after_that_many_validations_without_improvement(
             "anneal=none",
             "patience=2",
             "trainer.max_epochs=10",
+            "trainer.progress=lines",
         )
     )
     s = summary(tmp_path)
     assert s["epochs"] == 3 and "patience" in s["stop_reason"]
     assert len({h["valid/loss"] for h in s["history"]}) == 1
+    # each validation line counts itself: 2 left after the first (a best), then 1, then 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "convseq.progress"]
+    left = [
+        int(m.group(1)) for x in lines if (m := re.search(r"\| valid .*patience (\d+) left", x))
+    ]
+    assert left == [2, 1, 0]
 
 
 def test_per_epoch_checkpoints_keep_the_last_n(tiny_data, one_thread, tmp_path):

@@ -143,6 +143,16 @@ def _json_number(x: Any) -> Any:
     return x
 
 
+def _since_best(values: list[float], mode: str) -> int:
+    """Validations after the last that beat every one before it (EarlyStopping's wait count
+    with min_delta 0, once it has seen them all)."""
+    best = 0
+    for i, v in enumerate(values):
+        if (v > values[best]) if mode == "max" else (v < values[best]):
+            best = i
+    return len(values) - 1 - best
+
+
 def _json_logger() -> logging.Logger:
     """`convseq.progress.json`: the bare JSON line to stdout and to the run's log files.
 
@@ -309,8 +319,10 @@ class ProgressLines(pl.Callback):
             record["best_metric"] = metric
             record["best"] = max(seen) if mode == "max" else min(seen)
         es = self.patience
-        if es is not None and hasattr(es, "wait_count"):
-            record["patience_left"] = max(int(es.patience) - int(es.wait_count), 0)
+        if es is not None and seen:
+            # from the records, not es.wait_count: EarlyStopping may count this validation
+            # only after the line is written (at the epoch's end, after best.ckpt is saved)
+            record["patience_left"] = max(int(es.patience) - _since_best(seen, mode), 0)
         if trainer.optimizers:  # after annealing: the lr of the updates that follow
             record["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
         return record
