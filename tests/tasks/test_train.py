@@ -199,6 +199,17 @@ def test_patience_stops_after_that_many_validations_without_improvement(
     assert left == [2, 1, 0]
 
 
+def test_a_run_stopped_by_patience_continues_with_the_patience_given_on_resume(
+    tiny_data, one_thread, tmp_path
+):
+    still = ["optim.lr=0.0", "anneal=none", "trainer.max_epochs=10"]  # no validation improves
+    train(_tiny(tiny_data, tmp_path, *still, "patience=2"))
+    assert summary(tmp_path)["epochs"] == 3  # the first validation, then 2 without a better one
+    train(_tiny(tiny_data, tmp_path, *still, "patience=4", "resume=true"))
+    s = summary(tmp_path)  # 2 more without a better one: 4 in a row (Lightning's restored 2: 4)
+    assert s["epochs"] == 5 and "no improvement of valid/loss in 4 validations" in s["stop_reason"]
+
+
 def test_per_epoch_checkpoints_keep_the_last_n(tiny_data, one_thread, tmp_path):
     train(_tiny(tiny_data, tmp_path, "checkpoint.keep_epochs=2", "trainer.max_epochs=3"))
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())

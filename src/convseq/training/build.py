@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint, Timer
+from pytorch_lightning.callbacks import ModelCheckpoint, Timer
 
 from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
 from convseq.data.databin import DataBin
@@ -32,6 +32,7 @@ from convseq.training.intervals import UpdateCheckpoint, validation_interval
 from convseq.training.intervals import trainer_arguments as interval_arguments
 from convseq.training.log_interval import LogIntervalClamp
 from convseq.training.module import ConvSeqModule
+from convseq.training.patience import Patience
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.progress import ProgressLines, progress_mode
 from convseq.training.resume_agreement import ResumeAgreement
@@ -137,7 +138,7 @@ def build_callbacks(
         cbs["updates"] = UpdateCheckpoint(ckpt_dir, save_every, keep_updates)
     patience = int(cfg.get("patience", -1) or -1)
     if patience > 0:
-        cbs["patience"] = EarlyStopping(monitor=monitor, mode=mode, patience=patience, verbose=True)
+        cbs["patience"] = Patience(monitor=monitor, mode=mode, patience=patience, verbose=True)
     keep = int(ck.get("keep_epochs", 0) or 0)
     if keep != 0:
         cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), keep)
@@ -273,7 +274,7 @@ def stop_reason(
         if reason:
             return reason
     es = cbs.get("patience")
-    if isinstance(es, EarlyStopping) and es.stopped_epoch > 0:
+    if isinstance(es, Patience) and es.stopped_epoch > 0:
         return f"no improvement of {es.monitor} in {es.patience} validations (patience)"
     timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
     if timer is not None and (timer.time_remaining() or 0) <= 0:
