@@ -64,12 +64,12 @@ def rows(run: Path, ns: list[int], every: int) -> list[dict[str, Any]]:
     validations = [v for v in summary["validations"] if "valid/bleu" in v]
     by_epoch = {int(v["epoch"]): v for v in validations}
     kept = {int(p.stem[5:]) for p in (run / "checkpoints").glob("epoch[0-9][0-9][0-9].ckpt")}
+    bleus = {e: v["valid/bleu"] for e, v in by_epoch.items()}
     out = []
     for epoch in epochs_to_read(max(by_epoch), min(ns), every):
-        best = max(v["valid/bleu"] for e, v in by_epoch.items() if e <= epoch)
+        best = max(b for e, b in bleus.items() if e <= epoch)
         row = {"epoch": epoch, "minutes": by_epoch[epoch]["minutes"], "best": best}
         row["own"] = by_epoch[epoch]["valid/bleu"]
-        bleus = {e: v["valid/bleu"] for e, v in by_epoch.items()}
         for n in ns:
             for name, epochs in (
                 ("last", window(kept, epoch, n)),
