@@ -71,6 +71,16 @@ ARMS: dict[str, list[str]] = {
         ]
         for seed in (1, 2, 3)
     },
+    # the recipe with patience 10 instead of 5 (seed 3's patience-5 run stopped at 26 minutes;
+    # this one continued it from there with resume=true: resuming is exact, so it is the
+    # patience-10 run but for one more start-up)
+    "fast45p10_seed3": [
+        "experiment=multi30k_fast",
+        "seed=3",
+        "checkpoint.keep_epochs=-1",
+        "trainer.max_time=00:00:45:00",
+        "patience=10",
+    ],
     # fairseq's recipe (experiment=multi30k_fconv keeps every epoch and picks by valid BLEU)
     # cut at 45 minutes: its curve beside the fast recipe's, on the same machine
     **{
