@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import ModelCheckpoint, Timer
+from pytorch_lightning.callbacks import Timer
 
 from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
 from convseq.data.databin import DataBin
@@ -30,6 +30,7 @@ from convseq.training.callbacks import (
 )
 from convseq.training.intervals import UpdateCheckpoint, validation_interval
 from convseq.training.intervals import trainer_arguments as interval_arguments
+from convseq.training.last_checkpoint import BestAndLast
 from convseq.training.log_interval import LogIntervalClamp
 from convseq.training.module import ConvSeqModule
 from convseq.training.patience import Patience
@@ -109,7 +110,7 @@ def build_callbacks(
         # SIGUSR1 too under SLURM: saved and requeued by convseq, not Lightning (training/slurm.py)
         "signal": SignalCallback(str(ckpt_dir / LAST), requeue_signal()),
         "crash": CrashCheckpoint(str(ckpt_dir / CRASH)),
-        "best": ModelCheckpoint(
+        "best": BestAndLast(
             dirpath=str(ckpt_dir),
             filename=Path(BEST).stem,
             monitor=monitor,
@@ -125,7 +126,7 @@ def build_callbacks(
         ),
     }
     if by_updates:  # last.ckpt at the end of every epoch too, as fairseq's checkpoint_last.pt
-        cbs["last"] = ModelCheckpoint(
+        cbs["last"] = BestAndLast(
             dirpath=str(ckpt_dir),
             save_top_k=0,
             save_last=True,

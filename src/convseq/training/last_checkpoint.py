@@ -1,0 +1,34 @@
+"""best.ckpt and last.ckpt: Lightning's ModelCheckpoint, with last.ckpt at every save point."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+__all__ = ["BestAndLast"]
+
+
+class BestAndLast(ModelCheckpoint):
+    """A ModelCheckpoint whose `last.ckpt` is written at every save point (each epoch's end, or
+    each validation with `save_on_train_epoch_end=False`), whether the monitored value improved
+    or not.
+
+    Lightning 2.6 writes `last.ckpt` only where it also wrote a top-k checkpoint: once valid BLEU
+    stopped improving, `last.ckpt` stayed at the best epoch, so a killed run resumed epochs
+    behind and a finished one, continued with a larger budget, redid the epochs after its best.
+    """
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._last_too(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._last_too(trainer)
+
+    def _last_too(self, trainer: pl.Trainer) -> None:
+        """last.ckpt, unless this step's was just written (with the best) or nothing may be."""
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
