@@ -210,6 +210,23 @@ def test_a_run_stopped_by_patience_continues_with_the_patience_given_on_resume(
     assert s["epochs"] == 5 and "no improvement of valid/loss in 4 validations" in s["stop_reason"]
 
 
+@pytest.mark.parametrize("by_updates", [False, True])
+def test_last_ckpt_follows_every_epoch_after_the_best_stopped_improving(
+    tiny_data, one_thread, tmp_path, by_updates
+):
+    # lr 0: only the first validation is a best; last.ckpt must still be the last epoch's
+    extra = ["validate_interval_updates=5"] if by_updates else []
+    train(_tiny(tiny_data, tmp_path, "optim.lr=0.0", "anneal=none", "trainer.max_epochs=3", *extra))
+    last = last_checkpoint(tmp_path)
+    assert (last["epoch"], last["global_step"]) == (2, 54)  # 3 epochs of 18 updates
+    best = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["global_step"] == (5 if by_updates else 18)
+    # summary.json: every validation, not only those up to the best (tested with best.ckpt)
+    s = summary(tmp_path)
+    last_valid = 50 if by_updates else 54  # every 5 updates, or at each epoch's end
+    assert s["last_validation"]["updates"] == last_valid and s["validations"][-1]["epoch"] == 3
+
+
 def test_per_epoch_checkpoints_keep_the_last_n(tiny_data, one_thread, tmp_path):
     train(_tiny(tiny_data, tmp_path, "checkpoint.keep_epochs=2", "trainer.max_epochs=3"))
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())

@@ -186,6 +186,7 @@ class _Fit:
     reason: str  # the stop reason
     epochs: int
     updates: int  # fp16 updates the loss scaler skipped are not counted
+    validations: list[dict[str, Any]]  # every validation (minutes included)
 
 
 def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
@@ -278,6 +279,7 @@ def _fit(run: _Run) -> _Fit:
     # Taken before testing: loading best.ckpt for the test restores that epoch's module and
     # callback states.
     history = [dict(h) for h in module.history]
+    validations = [dict(v) for v in module.validations]
     seconds = module.training_seconds()
     best_path = getattr(run.callbacks["best"], "best_model_path", "") or ""
     max_epochs = int(run.cfg["trainer"].get("max_epochs") or 0)
@@ -292,7 +294,9 @@ def _fit(run: _Run) -> _Fit:
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = module.updates  # fp16 updates the loss scaler skipped are not counted
     at = stop_point(trainer, history, updates, mid_epoch=interrupted)
-    return _Fit(interrupted, sig, at, history, seconds, best_path, reason, epochs, updates)
+    return _Fit(
+        interrupted, sig, at, history, seconds, best_path, reason, epochs, updates, validations
+    )
 
 
 def _final_test(run: _Run, fit: _Fit) -> tuple[Path | None, dict[str, dict]]:
@@ -338,7 +342,7 @@ def _summary(
     metric = str(cfg.get("optimized_metric") or "valid/loss")
     ck = cfg.get("checkpoint") or {}
     maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
-    validations = [dict(v) for v in module.validations]
+    validations = fit.validations  # the module now holds best.ckpt's, up to the best epoch
     by_updates = validation_interval(cfg) > 0
     best_value, best_epoch = best_of(validations if by_updates else fit.history, metric, maximize)
     test_bleu = run.callbacks.get("test_bleu")
