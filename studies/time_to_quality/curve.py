@@ -60,8 +60,8 @@ def minutes_to(steps: list[dict[str, Any]], target: float) -> float | None:
 
 
 def bleu_at(steps: list[dict[str, Any]], minutes: float) -> float | None:
-    """Test BLEU of the checkpoint a user holds at `minutes` (None before the first, or after
-    the run ended if it ended sooner)."""
+    """Test BLEU of the checkpoint a user holds at `minutes` (None before the first; a run that
+    ended sooner holds its last best)."""
     held = [s for s in steps if s["minutes"] <= minutes]
     return held[-1]["test_bleu"] if held else None
 
@@ -94,10 +94,25 @@ def table(runs: list[Path]) -> str:
     return "\n".join(lines) + f"\n\n{len(runs)} runs; the last best checkpoint at {ended:.1f} min."
 
 
+def run_end(run: Path) -> float | None:
+    """The command's minutes at the run's last validation: summary.json's, or (runs whose
+    summary stopped at the best epoch) the last per-epoch checkpoint's record; None if unknown."""
+    summary = run / "summary.json"
+    validations = json.loads(summary.read_text())["validations"] if summary.exists() else []
+    last = max((v for v in validations if "minutes" in v), key=lambda v: v["epoch"], default=None)
+    kept = sorted((run / "checkpoints").glob("epoch[0-9][0-9][0-9].ckpt"))
+    if kept and (last is None or int(kept[-1].stem[5:]) > int(last["epoch"])):
+        import torch
+
+        record = torch.load(kept[-1], map_location="cpu", weights_only=True).get("convseq", {})
+        last = (record.get("validations") or [last])[-1]
+    return float(last["minutes"]) if last else None
+
+
 def plot(groups: dict[str, list[Path]], path: Path, cpu: str = "") -> Path:
     """Test BLEU of the checkpoint a user holds against the command's minutes: one step line
     per run, a colour per recipe (`groups`: recipe label -> its runs' folders), the goals
-    starred; `cpu` names the machine on the x axis."""
+    starred, each run's end marked; `cpu` names the machine on the x axis."""
     from convseq.viz.canvas import finish_figure, new_figure, save_png
 
     fig = new_figure(8, 4.5)
@@ -107,7 +122,12 @@ def plot(groups: dict[str, list[Path]], path: Path, cpu: str = "") -> Path:
             steps = json.loads((run / CURVE_FILE).read_text())
             xs = [s["minutes"] for s in steps]
             ys = [s["test_bleu"] for s in steps]
+            end = run_end(run)
+            if end is not None and end > xs[-1]:  # held until the run stopped
+                xs, ys = [*xs, end], [*ys, ys[-1]]
             ax.step(xs, ys, where="post", color=colour, alpha=0.8, label=label if i == 0 else None)
+            if end is not None:
+                ax.plot([xs[-1]], [ys[-1]], marker="|", markersize=10, color=colour)
     for minutes, goal in ((8, 37.9), (20, 41.0), (45, 42.0)):
         ax.plot([minutes], [goal], marker="*", color="black", linestyle="none")
     where = f"2 cores of {cpu}" if cpu else "2 CPU cores"
@@ -116,7 +136,10 @@ def plot(groups: dict[str, list[Path]], path: Path, cpu: str = "") -> Path:
     ax.set_ylim(bottom=20)
     ax.grid(alpha=0.3)
     return save_png(
-        finish_figure(fig, ax, "Multi30k de-en: time to quality (stars: the goals)"), path
+        finish_figure(
+            fig, ax, "Multi30k de-en: time to quality (stars: the goals; |: a run's end)"
+        ),
+        path,
     )
 
 

@@ -176,3 +176,18 @@ def test_two_recipes_get_a_table_each_and_one_figure(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         curve.main()
     assert "--group fconv: give the label, then at least one run folder" in capsys.readouterr().err
+
+
+def test_a_runs_end_is_its_last_validation_or_its_last_kept_epochs_record(tmp_path):
+    import torch
+
+    from studies.time_to_quality.curve import run_end
+
+    assert run_end(tmp_path) is None  # nothing recorded
+    validations = [{"epoch": 1, "minutes": 1.5}, {"epoch": 2, "minutes": 2.5}]
+    (tmp_path / "summary.json").write_text(json.dumps({"validations": validations}))
+    (tmp_path / "checkpoints").mkdir()
+    assert run_end(tmp_path) == 2.5
+    later = {"convseq": {"validations": [*validations, {"epoch": 3, "minutes": 3.75}]}}
+    torch.save(later, tmp_path / "checkpoints" / "epoch003.ckpt")
+    assert run_end(tmp_path) == 3.75  # a summary that stopped at the best epoch
