@@ -71,16 +71,19 @@ ARMS: dict[str, list[str]] = {
         ]
         for seed in (1, 2, 3)
     },
-    # the recipe with patience 10 instead of 5 (seed 3's patience-5 run stopped at 26 minutes;
-    # this one continued it from there with resume=true: resuming is exact, so it is the
-    # patience-10 run but for one more start-up)
-    "fast45p10_seed3": [
-        "experiment=multi30k_fast",
-        "seed=3",
-        "checkpoint.keep_epochs=-1",
-        "trainer.max_time=00:00:45:00",
-        "patience=10",
-    ],
+    # the recipe with patience 10 instead of 5: each continues its seed's patience-5 run
+    # (copied from fast45_seedN) with resume=true; resuming is exact, so it is the patience-10
+    # run but for one more start-up (seed 3 read first: its patience-5 run stopped at 25 min)
+    **{
+        f"fast45p10_seed{seed}": [
+            "experiment=multi30k_fast",
+            f"seed={seed}",
+            "checkpoint.keep_epochs=-1",
+            "trainer.max_time=00:00:45:00",
+            "patience=10",
+        ]
+        for seed in (3, 1, 2)
+    },
     # fairseq's recipe (experiment=multi30k_fconv keeps every epoch and picks by valid BLEU)
     # cut at 45 minutes: its curve beside the fast recipe's, on the same machine
     **{
@@ -92,6 +95,10 @@ ARMS: dict[str, list[str]] = {
         for seed in (1, 2, 3)
     },
 }
+
+# arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
+# driver then resumes it): a change of a stop rule read without re-running the shared epochs
+CONTINUES: dict[str, str] = {f"fast45p10_seed{seed}": f"fast45_seed{seed}" for seed in (1, 2, 3)}
 
 # written down, not run yet (the session's time went to the recipe's seeds)
 NOT_RUN: dict[str, list[str]] = {

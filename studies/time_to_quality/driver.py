@@ -11,11 +11,12 @@ nothing else running (the minutes are the figures):
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from studies.time_to_quality.arms import ARMS, BASE
+from studies.time_to_quality.arms import ARMS, BASE, CONTINUES
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "outputs" / "ttq"
@@ -29,6 +30,20 @@ def command(name: str, overrides: list[str]) -> list[str]:
     return [sys.executable, "run.py", *base, *overrides, f"hydra.run.dir={folder}", *resume]
 
 
+def start_from(name: str) -> None:
+    """A `CONTINUES` arm without a folder of its own starts as a copy of its source's folder
+    (without summary.json and test_curve.json, which the continued run writes anew; the test
+    translations of the shared epochs are kept)."""
+    source, folder = CONTINUES.get(name), RUNS / name
+    if source is None or folder.exists():
+        return
+    if not (RUNS / source / "checkpoints" / "last.ckpt").exists():
+        raise SystemExit(f"{name} continues {source}: run {source} first")
+    shutil.copytree(
+        RUNS / source, folder, ignore=shutil.ignore_patterns("summary.json", "test_curve.json")
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("arms", nargs="*", help="arm names (default: every arm, in order)")
@@ -40,6 +55,7 @@ def main() -> None:
         if (RUNS / name / "summary.json").exists():
             continue
         RUNS.mkdir(parents=True, exist_ok=True)
+        start_from(name)
         with open(RUNS / f"{name}.log", "a") as log:
             subprocess.run(command(name, ARMS[name]), cwd=ROOT, stdout=log, stderr=log)
 

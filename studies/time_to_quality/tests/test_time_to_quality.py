@@ -191,3 +191,28 @@ def test_a_runs_end_is_its_last_validation_or_its_last_kept_epochs_record(tmp_pa
     later = {"convseq": {"validations": [*validations, {"epoch": 3, "minutes": 3.75}]}}
     torch.save(later, tmp_path / "checkpoints" / "epoch003.ckpt")
     assert run_end(tmp_path) == 3.75  # a summary that stopped at the best epoch
+
+
+def test_a_continuing_arm_starts_as_its_sources_copy_and_resumes(tmp_path, monkeypatch):
+    import pytest
+
+    from studies.time_to_quality.arms import CONTINUES
+
+    monkeypatch.setattr(driver, "RUNS", tmp_path)
+    name, source = next(iter(CONTINUES.items()))
+    with pytest.raises(SystemExit, match=f"run {source} first"):
+        driver.start_from(name)
+    (tmp_path / source / "checkpoints").mkdir(parents=True)
+    (tmp_path / source / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (tmp_path / source / "test_curve" / "epoch001").mkdir(parents=True)
+    for done in ("summary.json", "test_curve.json"):
+        (tmp_path / source / done).write_text("{}")
+    driver.start_from(name)
+    copy = tmp_path / name
+    assert (copy / "checkpoints" / "last.ckpt").read_bytes() == b"x"
+    assert (copy / "test_curve" / "epoch001").is_dir()  # the shared epochs' translations
+    assert not (copy / "summary.json").exists() and not (copy / "test_curve.json").exists()
+    assert driver.command(name, ARMS[name])[-1] == "resume=true"
+    (copy / "checkpoints" / "last.ckpt").write_bytes(b"y")
+    driver.start_from(name)  # a folder of its own is left as it is
+    assert (copy / "checkpoints" / "last.ckpt").read_bytes() == b"y"
