@@ -27,11 +27,10 @@ def test_training_forward_reads_nothing_and_equals_the_host_decided_path(lengths
         model.train()
         with HostReads() as reads:
             logits_train, _ = model(src, None, prev)
-        model.eval()
-        with torch.no_grad():
-            logits_eval, _ = model(src, None, prev)
+        model.eval()  # with gradients too: kernels may differ without them (oneDNN on AMD)
+        logits_eval, _ = model(src, None, prev)
     assert reads.total == 0, reads.by_name
-    assert torch.equal(logits_train.detach(), logits_eval)
+    assert torch.equal(logits_train.detach(), logits_eval.detach())
     enc = model.train().encoder(src, None)
     has_pad = enc["encoder_has_padding"]
     assert has_pad.dim() == 0 and bool(has_pad) == (len(set(lengths)) > 1)

@@ -205,6 +205,10 @@ def test_a_run_stopped_by_patience_continues_with_the_patience_given_on_resume(
     still = ["optim.lr=0.0", "anneal=none", "trainer.max_epochs=10"]  # no validation improves
     train(_tiny(tiny_data, tmp_path, *still, "patience=2"))
     assert summary(tmp_path)["epochs"] == 3  # the first validation, then 2 without a better one
+    # the states keep Lightning's keys, so checkpoints of either version resume in the other
+    keys = list(last_checkpoint(tmp_path)["callbacks"])
+    assert any(k.startswith("EarlyStopping{") for k in keys), keys
+    assert any(k.startswith("ModelCheckpoint{'monitor': 'valid/loss'") for k in keys), keys
     train(_tiny(tiny_data, tmp_path, *still, "patience=4", "resume=true"))
     s = summary(tmp_path)  # 2 more without a better one: 4 in a row (Lightning's restored 2: 4)
     assert s["epochs"] == 5 and "no improvement of valid/loss in 4 validations" in s["stop_reason"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -17,6 +19,11 @@ class BestAndLast(ModelCheckpoint):
     stopped improving, `last.ckpt` stayed at the best epoch, so a killed run resumed epochs
     behind and a finished one, continued with a larger budget, redid the epochs after its best.
     """
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        # ModelCheckpoint's key in the checkpoint's callback states, so that checkpoints written
+        # before this class existed resume their best score and paths, and the other way round
+        return f"ModelCheckpoint{kwargs!r}"
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)

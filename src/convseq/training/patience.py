@@ -18,6 +18,11 @@ class Patience(EarlyStopping):
     checkpoint's, the patience is the one given now.
     """
 
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        # EarlyStopping's key in the checkpoint's callback states: checkpoints written before
+        # this class existed resume their count of validations without improvement
+        return f"EarlyStopping{kwargs!r}"
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         patience = self.patience
         super().load_state_dict(state_dict)
