@@ -30,6 +30,18 @@ def cosine(warmup: int, total: int) -> list[str]:
     return ["anneal=cosine", f"anneal.warmup_updates={warmup}", f"anneal.total_updates={total}"]
 
 
+def recipe(experiment: str, seed: int, minutes: int, *extra: str) -> list[str]:
+    """A recipe run (its own experiment, not BASE): the seed, every epoch's checkpoint kept for
+    its test curve (studies/time_to_quality/curve.py), at most `minutes` of wall time."""
+    return [
+        f"experiment={experiment}",
+        f"seed={seed}",
+        "checkpoint.keep_epochs=-1",
+        f"trainer.max_time=00:00:{minutes:02d}:00",
+        *extra,
+    ]
+
+
 # two DDP processes of one thread each, bf16-mixed (updates of 2 x 4000 tokens)
 DDP_BF16 = [
     "trainer=ddp",
@@ -49,51 +61,21 @@ ARMS: dict[str, list[str]] = {
     "adam5e-3_cos1600": adam(0.005) + cosine(300, 1600),
     # inverse_sqrt (no end: the best checkpoint keeps improving) at a higher peak
     "adam4e-3_isqrt300": adam(0.004) + inverse_sqrt(300),
-    # the chosen recipe (conf/experiment/multi30k_fast.yaml), three seeds, every epoch's
-    # checkpoint kept for its test curve (studies/time_to_quality/curve.py)
-    **{
-        f"fast_seed{seed}": [
-            "experiment=multi30k_fast",
-            f"seed={seed}",
-            "checkpoint.keep_epochs=-1",
-            f"trainer.max_time=00:00:{MINUTES:02d}:00",  # this session's budget per seed
-        ]
-        for seed in (1, 2, 3)
-    },
+    # the chosen recipe (conf/experiment/multi30k_fast.yaml), three seeds, capped at MINUTES
+    **{f"fast_seed{seed}": recipe("multi30k_fast", seed, MINUTES) for seed in (1, 2, 3)},
     # the recipe to 45 minutes (its own patience may stop it sooner), every epoch's checkpoint
     # kept: the 20- and 45-minute figures, and checkpoint averaging read afterwards
-    **{
-        f"fast45_seed{seed}": [
-            "experiment=multi30k_fast",
-            f"seed={seed}",
-            "checkpoint.keep_epochs=-1",
-            "trainer.max_time=00:00:45:00",
-        ]
-        for seed in (1, 2, 3)
-    },
+    **{f"fast45_seed{seed}": recipe("multi30k_fast", seed, 45) for seed in (1, 2, 3)},
     # the recipe with patience 10 instead of 5: each continues its seed's patience-5 run
     # (copied from fast45_seedN) with resume=true; resuming is exact, so it is the patience-10
     # run but for one more start-up (seed 3 read first: its patience-5 run stopped at 25 min)
     **{
-        f"fast45p10_seed{seed}": [
-            "experiment=multi30k_fast",
-            f"seed={seed}",
-            "checkpoint.keep_epochs=-1",
-            "trainer.max_time=00:00:45:00",
-            "patience=10",
-        ]
+        f"fast45p10_seed{seed}": recipe("multi30k_fast", seed, 45, "patience=10")
         for seed in (3, 1, 2)
     },
-    # fairseq's recipe (experiment=multi30k_fconv keeps every epoch and picks by valid BLEU)
-    # cut at 45 minutes: its curve beside the fast recipe's, on the same machine
-    **{
-        f"fconv45_seed{seed}": [
-            "experiment=multi30k_fconv",
-            f"seed={seed}",
-            "trainer.max_time=00:00:45:00",
-        ]
-        for seed in (1, 2, 3)
-    },
+    # fairseq's recipe (experiment=multi30k_fconv, which keeps every epoch and picks by valid
+    # BLEU) cut at 45 minutes: its curve beside the fast recipe's, on the same machine
+    **{f"fconv45_seed{seed}": recipe("multi30k_fconv", seed, 45) for seed in (1, 2, 3)},
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from studies.time_to_quality.scoring import bleu
+from studies.time_to_quality.scoring import bleu, epoch_checkpoint, kept_epochs
 
 FOLDER = "averaging"
 
@@ -48,7 +48,7 @@ def averaged_bleu(run: Path, epochs: list[int]) -> float:
     out = run / FOLDER / ("e" + "-".join(f"{e:03d}" for e in sorted(epochs, reverse=True)))
     ckpt = out / "averaged.ckpt"
     if not (out / "generate-valid.json").exists() and not ckpt.exists():
-        paths = [run / "checkpoints" / f"epoch{e:03d}.ckpt" for e in epochs]
+        paths = [epoch_checkpoint(run, e) for e in epochs]
         out.mkdir(parents=True, exist_ok=True)
         average_checkpoints(paths, ckpt)
     score = bleu(ckpt, out, "valid")
@@ -63,7 +63,7 @@ def rows(run: Path, ns: list[int], every: int) -> list[dict[str, Any]]:
     summary = json.loads((run / "summary.json").read_text())
     validations = [v for v in summary["validations"] if "valid/bleu" in v]
     by_epoch = {int(v["epoch"]): v for v in validations}
-    kept = {int(p.stem[5:]) for p in (run / "checkpoints").glob("epoch[0-9][0-9][0-9].ckpt")}
+    kept = set(kept_epochs(run))
     bleus = {e: v["valid/bleu"] for e, v in by_epoch.items()}
     out = []
     for epoch in epochs_to_read(max(by_epoch), min(ns), every):

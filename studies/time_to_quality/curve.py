@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from convseq.common.machine import cpu_model
-from studies.time_to_quality.scoring import bleu
+from studies.time_to_quality.scoring import bleu, epoch_checkpoint, kept_epochs
 
 TARGETS = (37.9, 39.0, 40.0, 41.0, 42.0)
 AT_MINUTES = (8.0, 10.0, 20.0, 45.0)
@@ -41,8 +41,8 @@ def best_so_far(validations: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def score_test(run: Path, epoch: int, beam: int = 5) -> float:
     """test2016 sacreBLEU of `run`'s checkpoint of `epoch` (translated once, then read back)."""
-    ckpt = run / "checkpoints" / f"epoch{epoch:03d}.ckpt"
-    return bleu(ckpt, run / "test_curve" / f"epoch{epoch:03d}", "test", beam=beam)
+    ckpt = epoch_checkpoint(run, epoch)
+    return bleu(ckpt, run / "test_curve" / ckpt.stem, "test", beam=beam)
 
 
 def curve(run: Path) -> list[dict[str, Any]]:
@@ -100,11 +100,12 @@ def run_end(run: Path) -> float | None:
     summary = run / "summary.json"
     validations = json.loads(summary.read_text())["validations"] if summary.exists() else []
     last = max((v for v in validations if "minutes" in v), key=lambda v: v["epoch"], default=None)
-    kept = sorted((run / "checkpoints").glob("epoch[0-9][0-9][0-9].ckpt"))
-    if kept and (last is None or int(kept[-1].stem[5:]) > int(last["epoch"])):
+    kept = kept_epochs(run)
+    if kept and (last is None or max(kept) > int(last["epoch"])):
         import torch
 
-        record = torch.load(kept[-1], map_location="cpu", weights_only=True).get("convseq", {})
+        newest = kept[max(kept)]
+        record = torch.load(newest, map_location="cpu", weights_only=True).get("convseq", {})
         last = (record.get("validations") or [last])[-1]
     return float(last["minutes"]) if last else None
 

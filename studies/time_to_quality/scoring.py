@@ -1,5 +1,6 @@
-"""One translation of a split by a checkpoint (`python run.py task=generate` in its own process),
-read back from its generate-<split>.json: the study's one way to score a checkpoint.
+"""A run's per-epoch checkpoints, and one translation of a split by a checkpoint (`python run.py
+task=generate` in its own process, read back from its generate-<split>.json): the study's one
+way to find and score a checkpoint.
 
 The result is kept in `out`: a second call with the same folder reads it instead of translating
 again, so an interrupted reading picks up where it stopped.
@@ -13,7 +14,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from convseq.checkpoints.average import EPOCH_FILE
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def epoch_checkpoint(run: Path, epoch: int) -> Path:
+    """`run`'s checkpoint of `epoch` (1-based), as `checkpoint.keep_epochs` names it."""
+    return run / "checkpoints" / f"epoch{epoch:03d}.ckpt"
+
+
+def kept_epochs(run: Path) -> dict[int, Path]:
+    """Epoch -> checkpoint of every per-epoch checkpoint `run` kept, in epoch order."""
+    folder = run / "checkpoints"
+    found = [
+        (int(m.group(1)), p)
+        for p in folder.glob("epoch*.ckpt")
+        if (m := EPOCH_FILE.fullmatch(p.name))
+    ]
+    return dict(sorted(found))
 
 
 def translate(ckpt: Path, out: Path, split: str = "test", **gen: Any) -> dict[str, Any]:
