@@ -50,6 +50,31 @@ DDP_BF16 = [
     "trainer.precision=bf16-mixed",
 ]
 
+EN_DE = ["data.src_lang=en", "data.tgt_lang=de"]
+
+
+def width(dim: int) -> list[str]:
+    """The recipe's model with every layer and embedding `dim` wide (its depth kept)."""
+    return [
+        f"model.encoder_embed_dim={dim}",
+        f"model.encoder_layers=[{{layer:[{dim},3],repeat:3}}]",
+        f"model.decoder_embed_dim={dim}",
+        f"model.decoder_layers=[{{layer:[{dim},3],repeat:2}}]",
+        f"model.decoder_out_embed_dim={dim}",
+    ]
+
+
+# the levers not read at the recipe's schedule yet: name -> overrides of the recipe
+LEVERS: dict[str, list[str]] = {
+    "drop0.1": ["model.dropout=0.1"],  # the recipe's model is small: less dropout, faster fit?
+    "ls0": ["criterion.label_smoothing=0.0"],
+    "tok2000": ["data.batch_tokens=2000"],  # twice the updates an epoch, each half as large
+    "tok8000": ["data.batch_tokens=8000"],
+    "wide192": width(192),  # 1.5x the time an update (multi30k_compare.yaml's measurement)
+    # two processes of one thread: an 8,000-token update in about one 4,000-token update's time
+    "ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
+}
+
 # name -> overrides after BASE, in the order they ran (an arm whose overrides start with an
 # `experiment=` is a recipe run: BASE is not added)
 ARMS: dict[str, list[str]] = {
@@ -76,6 +101,14 @@ ARMS: dict[str, list[str]] = {
     # fairseq's recipe (experiment=multi30k_fconv, which keeps every epoch and picks by valid
     # BLEU) cut at 45 minutes: its curve beside the fast recipe's, on the same machine
     **{f"fconv45_seed{seed}": recipe("multi30k_fconv", seed, 45) for seed in (1, 2, 3)},
+    # English -> German, both recipes, as their German -> English arms (the data-bin of this
+    # direction built first: `python run.py task=preprocess experiment=multi30k_fconv
+    # data.src_lang=en data.tgt_lang=de`, so that no seed's minutes include it)
+    **{f"fast45ende_seed{seed}": recipe("multi30k_fast", seed, 45, *EN_DE) for seed in (1, 2, 3)},
+    **{f"fconv45ende_seed{seed}": recipe("multi30k_fconv", seed, 45, *EN_DE) for seed in (1, 2, 3)},
+    # one lever at a time on the recipe (seed 1, 20 minutes): read against fast45_seed1's best
+    # valid BLEU by 12 and by 20 minutes (the same run up to its 20th minute)
+    **{f"lever_{name}": recipe("multi30k_fast", 1, 20, *extra) for name, extra in LEVERS.items()},
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the

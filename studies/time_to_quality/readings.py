@@ -4,7 +4,8 @@
 
 One row per finished arm (its summary.json): seconds per epoch, the best valid BLEU and the
 command's minutes when it was reached, and the minutes at which valid BLEU first reached each of
-`THRESHOLDS` (- never), from the run's own validation records.
+`THRESHOLDS` (- never), and the best valid BLEU by each of `BY_MINUTES`, from the run's own
+validation records.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from studies.time_to_quality.arms import BASE
 
 THRESHOLDS = (30.0, 35.0, 37.9, 40.0, 41.0)
+BY_MINUTES = (12.0, 20.0)  # the best valid BLEU by these minutes: arms of other caps compared
 RUNS = Path(__file__).resolve().parents[2] / "outputs" / "ttq"
 
 
@@ -30,6 +32,17 @@ def first_minutes(validations: list[dict[str, Any]], threshold: float) -> float 
             if bleu >= threshold:
                 return float(minutes)
     return None
+
+
+def best_by(validations: list[dict[str, Any]], minutes: float) -> float | None:
+    """The best valid BLEU of the validations done by `minutes` (None: none by then)."""
+    scores = [
+        v["valid/bleu"]
+        for v in validations
+        if isinstance(v.get("valid/bleu"), (int, float))
+        and v.get("minutes", minutes + 1) <= minutes
+    ]
+    return max(scores, default=None)
 
 
 def overrides(folder: Path) -> str:
@@ -54,6 +67,9 @@ def row(folder: Path, summary: dict[str, Any]) -> list[str]:
     for t in THRESHOLDS:
         m = first_minutes(validations, t)
         cells.append("-" if m is None else f"{m:.1f}")
+    for by in BY_MINUTES:
+        b = best_by(validations, by)
+        cells.append("-" if b is None else f"{b:.2f}")
     return cells
 
 
@@ -61,6 +77,7 @@ def table(runs: Path) -> str:
     """The markdown table of every arm with a summary.json under `runs`."""
     head = ["arm", "overrides", "epochs", "s/epoch", "best valid BLEU at min"]
     head += [f"min to {t:g}" for t in THRESHOLDS]
+    head += [f"best by {m:g} min" for m in BY_MINUTES]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for folder in sorted(p for p in runs.iterdir() if (p / "summary.json").exists()):
         summary = json.loads((folder / "summary.json").read_text())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from studies.time_to_quality import driver
 from studies.time_to_quality.arms import ARMS, BASE
-from studies.time_to_quality.readings import first_minutes, table
+from studies.time_to_quality.readings import best_by, first_minutes, table
 
 
 def _run(root: Path, name: str, overrides: list[str], validations: list[dict]) -> None:
@@ -24,15 +24,18 @@ def test_the_table_reads_each_arms_own_overrides_and_its_minutes(tmp_path):
         {"minutes": 5.0, "valid/bleu": 36.0},
         {"minutes": 6.5, "valid/bleu": 38.2},
         {"minutes": 8.0, "valid/bleu": 37.0},
+        {"minutes": 15.0, "valid/bleu": 39.5},
     ]
     _run(tmp_path, "a", [*BASE, "optim=adam", "hydra.run.dir=x", "resume=true"], validations)
     (tmp_path / "unfinished").mkdir()  # no summary.json: not a row
     lines = table(tmp_path).splitlines()
     assert len(lines) == 3
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[:5] == ["a", "`optim=adam`", "3", "30.0", "38.20 at 6.5"]
-    assert cells[5:] == ["5.0", "5.0", "6.5", "-", "-"]  # 30 35 37.9 40 41
+    assert cells[:5] == ["a", "`optim=adam`", "4", "30.0", "39.50 at 15.0"]
+    assert cells[5:10] == ["5.0", "5.0", "6.5", "-", "-"]  # 30 35 37.9 40 41
+    assert cells[10:] == ["38.20", "39.50"]  # the best by 12 and by 20 minutes
     assert first_minutes(validations, 37.9) == 6.5 and first_minutes([], 1.0) is None
+    assert best_by(validations, 4.0) is None and best_by(validations, 8.0) == 38.2
 
 
 def test_an_arm_resumes_where_it_has_a_last_checkpoint(tmp_path, monkeypatch):
