@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -229,6 +230,22 @@ def test_last_ckpt_follows_every_epoch_after_the_best_stopped_improving(
     s = summary(tmp_path)
     last_valid = 50 if by_updates else 54  # every 5 updates, or at each epoch's end
     assert s["last_validation"]["updates"] == last_valid and s["validations"][-1]["epoch"] == 3
+
+
+def test_a_copied_run_folder_resumes_with_its_best_score(tiny_data, one_thread, tmp_path):
+    # lr 0: epoch 1's valid loss is the best, and every later epoch only equals it
+    still = ["optim.lr=0.0", "anneal=none"]
+    train(_tiny(tiny_data, tmp_path / "a", *still, "trainer.max_epochs=2"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # moved or copied: another dirpath
+    train(_tiny(tiny_data, tmp_path / "b", *still, "trainer.max_epochs=4", "resume=true"))
+    best = torch.load(tmp_path / "b" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["global_step"] == 18  # still epoch 1's, not the first epoch after the resume
+    states = last_checkpoint(tmp_path / "b")["callbacks"]
+    (state,) = [v for k, v in states.items() if k.startswith("ModelCheckpoint{'monitor'")]
+    assert state["dirpath"] == str(tmp_path / "b" / "checkpoints")
+    assert state["best_model_path"] == str(tmp_path / "b" / "checkpoints" / "best.ckpt")
+    first = summary(tmp_path / "a")["validations"][0]["valid/loss"]
+    assert float(state["best_model_score"]) == pytest.approx(first, rel=1e-6)
 
 
 def test_per_epoch_checkpoints_keep_the_last_n(tiny_data, one_thread, tmp_path):
