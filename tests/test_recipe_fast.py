@@ -36,7 +36,7 @@ def test_the_recipe_is_the_small_fconv_with_adam_and_inverse_sqrt(tmp_path):
     assert schedule.lr_at(300) == pytest.approx(0.004)  # the warm-up's end: the peak
     assert schedule.lr_at(1200) == pytest.approx(0.002)  # then lr * sqrt(300 / update)
     assert schedule.finished(10**6) is None  # patience on valid BLEU ends the run
-    assert cfg["patience"] == 5 and cfg["trainer"]["max_time"] is None
+    assert cfg["patience"] == 10 and cfg["trainer"]["max_time"] is None
     assert cfg["checkpoint"]["monitor"] == "valid/bleu" and cfg["bleu_every_n_epochs"] == 1
 
 
