@@ -40,7 +40,8 @@ def best_by(validations: list[dict[str, Any]], minutes: float) -> float | None:
         v["valid/bleu"]
         for v in validations
         if isinstance(v.get("valid/bleu"), (int, float))
-        and v.get("minutes", minutes + 1) <= minutes
+        and isinstance(v.get("minutes"), (int, float))
+        and v["minutes"] <= minutes
     ]
     return max(scores, default=None)
 

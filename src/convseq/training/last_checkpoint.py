@@ -51,8 +51,9 @@ class BestAndLast(ModelCheckpoint):
 
 def _moved(state: dict[str, Any], dirpath: str | None) -> dict[str, Any]:
     """`state` with its checkpoint paths in `dirpath` when the folder it names was moved there:
-    its best checkpoint (or last, for a last-only callback) is in `dirpath` under the same name. Otherwise `state` as it is (a new
-    folder without that file starts its best afresh, as Lightning does)."""
+    its best checkpoint (or last, for a last-only callback) is in `dirpath` under the same name.
+    Otherwise `state` as it is (a new folder without that file starts its best afresh, as
+    Lightning does)."""
     old = state.get("dirpath")
     kept = state.get("best_model_path") or state.get("last_model_path") or ""
     if not old or not dirpath or old == dirpath or os.path.dirname(kept) != old:
@@ -61,7 +62,7 @@ def _moved(state: dict[str, Any], dirpath: str | None) -> dict[str, Any]:
         return state
 
     def here(path: Any) -> Any:
-        if isinstance(path, str) and path and os.path.dirname(path) == old:
+        if isinstance(path, str) and os.path.dirname(path) == old:
             return os.path.join(dirpath, os.path.basename(path))
         return path
 
