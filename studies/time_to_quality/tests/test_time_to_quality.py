@@ -166,6 +166,9 @@ def test_two_recipes_get_a_table_each_and_one_figure(tmp_path, monkeypatch, caps
         run.mkdir()
         (run / curve.CURVE_FILE).write_text(json.dumps([{"minutes": 4.0, "test_bleu": bleu}]))
         runs[name] = str(run)
+    (tmp_path / "fast1" / ".hydra").mkdir()
+    overrides = "- +experiment=multi30k_fast\n- seed=1\n"  # the legend's default label
+    (tmp_path / "fast1" / ".hydra" / "overrides.yaml").write_text(overrides)
     png = tmp_path / "both.png"
     argv = ["curve", "--table", runs["fast1"], runs["fast2"], "--group", "fconv", runs["fconv1"]]
     monkeypatch.setattr(sys, "argv", [*argv, "--plot", str(png), "--cpu", "Test CPU"])
@@ -219,3 +222,28 @@ def test_a_continuing_arm_starts_as_its_sources_copy_and_resumes(tmp_path, monke
     (copy / "checkpoints" / "last.ckpt").write_bytes(b"y")
     driver.start_from(name)  # a folder of its own is left as it is
     assert (copy / "checkpoints" / "last.ckpt").read_bytes() == b"y"
+
+
+def test_targets_goals_and_the_direction_are_the_runs_own(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from studies.time_to_quality import curve
+
+    run = tmp_path / "ende1"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("data:\n  src_lang: en\n  tgt_lang: de\n")
+    steps = [{"minutes": 3.0, "test_bleu": 35.0}, {"minutes": 9.0, "test_bleu": 37.5}]
+    (run / curve.CURVE_FILE).write_text(json.dumps(steps))
+    assert curve.direction(run) == "en-de" and curve.direction(tmp_path) == "de-en"
+    argv = ["curve", "--table", str(run), "--targets", "35.65,37.15", "--goals", "45:37.15"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--plot", str(tmp_path / "ende.png")])
+    curve.main()
+    out = capsys.readouterr().out
+    assert out.startswith("ende1:\n")  # no experiment= override: the folder names the runs
+    head, _, cells = out.splitlines()[1:4]
+    assert head.startswith("| min to test 35.65 | min to test 37.15 | test BLEU at 8 min")
+    assert cells.startswith("| 9.00 | 9.00 | 35.00 |")  # 35.0 < 35.65: first at 37.5
+    monkeypatch.setattr(sys, "argv", ["curve", "--table", str(run), "--goals", "45-37.15"])
+    with pytest.raises(SystemExit):
+        curve.main()
+    assert "'45-37.15': give MINUTES:BLEU pairs" in capsys.readouterr().err
