@@ -39,6 +39,13 @@ def test_every_option_composes_and_resolves(group, option, tmp_path, cache_dir):
     plain = to_plain(cfg)  # resolves every interpolation: nothing may stay MISSING
     if group in GLOBAL_GROUPS:
         assert group not in plain  # merged into the top level, not a key of its own
+        if group == "experiment":
+            # one "best" per run: summary.json's best_epoch and what a sweeper gets are by
+            # optimized_metric, best.ckpt (the one tested and exported) by checkpoint.monitor
+            assert plain["optimized_metric"] == plain["checkpoint"]["monitor"], (
+                f"experiment={option}: optimized_metric {plain['optimized_metric']} but "
+                f"checkpoint.monitor {plain['checkpoint']['monitor']}"
+            )
         return
     assert isinstance(plain[group], dict)
     if "name" in plain[group]:
