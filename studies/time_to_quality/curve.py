@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from convseq.common.machine import cpu_model
+from studies.time_to_quality.readings import command_line
 from studies.time_to_quality.scoring import bleu, epoch_checkpoint, kept_epochs
 
 TARGETS = (37.9, 39.0, 40.0, 41.0, 42.0)
@@ -118,9 +119,8 @@ def run_end(run: Path) -> float | None:
 
 def run_setting(run: Path, key: str) -> str | None:
     """`key` (e.g. "experiment") as the run's command line set it (.hydra/overrides.yaml)."""
-    path = run / ".hydra" / "overrides.yaml"
-    given = yaml.safe_load(path.read_text()) if path.exists() else None
-    found = [o.split("=", 1)[1] for o in given or [] if o.split("=", 1)[0].lstrip("+") == key]
+    given = command_line(run)
+    found = [o.split("=", 1)[1] for o in given if o.split("=", 1)[0].lstrip("+") == key]
     return found[-1] if found else None
 
 
@@ -162,8 +162,8 @@ def plot(
     ax.set_xlabel(f"minutes since the command started ({where})")
     ax.set_ylabel("test2016 BLEU (beam 5, best-by-valid checkpoint)")
     ax.set_ylim(bottom=20)
-    pair = direction(next(iter(groups.values()))[0])
     ax.grid(alpha=0.3)
+    pair = direction(next(iter(groups.values()))[0])  # the first run's, e.g. "de-en"
     return save_png(
         finish_figure(
             fig, ax, f"Multi30k {pair}: time to quality (stars: the goals; |: a run's end)"

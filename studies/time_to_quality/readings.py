@@ -46,11 +46,16 @@ def best_by(validations: list[dict[str, Any]], minutes: float) -> float | None:
     return max(scores, default=None)
 
 
-def overrides(folder: Path) -> str:
-    """The run's command-line overrides (.hydra/overrides.yaml) less the arms' common ones."""
+def command_line(folder: Path) -> list[str]:
+    """The run's command-line overrides as given (.hydra/overrides.yaml; none without it)."""
     path = folder / ".hydra" / "overrides.yaml"
-    given = yaml.safe_load(path.read_text()) if path.exists() else []
-    own = [o for o in given or [] if o not in BASE and not o.startswith(("hydra.", "resume="))]
+    return (yaml.safe_load(path.read_text()) or []) if path.exists() else []
+
+
+def overrides(folder: Path) -> str:
+    """The run's command-line overrides less the arms' common ones."""
+    given = command_line(folder)
+    own = [o for o in given if o not in BASE and not o.startswith(("hydra.", "resume="))]
     return " ".join(f"`{o}`" for o in own) or "(none)"
 
 
