@@ -211,7 +211,9 @@ class Config:
     import_fairseq: ImportFairseqConfig = field(default_factory=ImportFairseqConfig)
     gen: GenConfig = field(default_factory=GenConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
-    bleu_every_n_epochs: int = 0  # task=train: validation BLEU every N epochs (0 = off)
+    # task=train: validation BLEU every N epochs (0 = off; None: off, or every epoch when the
+    # checkpoint or the sweep goes by valid/bleu)
+    bleu_every_n_epochs: int | None = None
     validate_interval_updates: int = 0  # validate every N updates instead of every epoch (0 = off)
     save_interval_updates: int = 0  # checkpoints/updateUUUUUUU.ckpt every N updates (0 = off)
     profile: bool = False  # task=train: print where each training epoch's time goes

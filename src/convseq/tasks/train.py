@@ -64,7 +64,7 @@ from convseq.evaluation.history import (
 from convseq.inference.records import write_hypotheses
 from convseq.optim.warmup import check_update_schedule
 from convseq.tasks.parallel_jobs import task_threads
-from convseq.training.bleu import TestBleu
+from convseq.training.bleu import TestBleu, wants_valid_bleu
 from convseq.training.build import (
     build_callbacks,
     build_datamodule,
@@ -226,8 +226,9 @@ def _build_run(
     seed = int(cfg.get("seed", 1))
     threads = task_threads(cfg["trainer"])  # each process's share of the CPUs, before anything runs
     pl.seed_everything(seed, workers=True, verbose=False)
-    # a schedule that cannot run fails now, not after the data-bin is built
+    # a schedule or a BLEU period that cannot run fails now, not after the data-bin is built
     check_update_schedule(cfg["anneal"], cfg["optim"]["lr"], int(cfg.get("max_update") or 0))
+    wants_valid_bleu(cfg)
     databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])  # convseq's or fairseq's
     module = build_module(cfg, databin)
     # the data's segmentation travels in the checkpoints: raw text translates without the data

@@ -49,19 +49,37 @@ def model_scores(
 def wants_valid_bleu(cfg: Mapping[str, Any]) -> int:
     """Every how many epochs validation BLEU is computed (0: never).
 
-    ``bleu_every_n_epochs``, or every epoch when ``checkpoint.monitor`` (or ``patience``'s
-    metric, the same key) is ``valid/bleu`` and no period is set.
+    ``bleu_every_n_epochs``; unset (null), every epoch when ``checkpoint.monitor`` (``patience``
+    watches the same key) or ``optimized_metric`` is ``valid/bleu``, else never. A period that
+    would leave such a metric missing after a validation (0 included) is refused, naming the keys
+    to change, rather than silently overridden.
     """
-    every = int(cfg.get("bleu_every_n_epochs") or 0)
+    raw = cfg.get("bleu_every_n_epochs")
+    every = None if raw is None else int(raw)
     monitor = (cfg.get("checkpoint") or {}).get("monitor")
-    if monitor == VALID_BLEU or cfg.get("optimized_metric") == VALID_BLEU:
-        if every > 1:
-            raise DataError(
-                f"checkpoint.monitor / optimized_metric is {VALID_BLEU} but bleu_every_n_epochs="
-                f"{every}: the metric must exist after every validation; set bleu_every_n_epochs=1"
-            )
+    keys = [
+        f"{key}={VALID_BLEU}"
+        for key, value in (
+            ("checkpoint.monitor", monitor),
+            ("optimized_metric", cfg.get("optimized_metric")),
+        )
+        if value == VALID_BLEU
+    ]
+    if not keys:
+        return max(every or 0, 0)
+    if every is None or every == 1:
         return 1
-    return max(every, 0)
+    if every <= 0:
+        raise DataError(
+            f"bleu_every_n_epochs={every} turns validation BLEU off, but {' and '.join(keys)} "
+            f"needs it after every validation: set bleu_every_n_epochs=1 (or leave it unset), "
+            f"or go by the loss: checkpoint.monitor=valid/loss checkpoint.mode=min "
+            f"optimized_metric=valid/loss"
+        )
+    raise DataError(
+        f"{' and '.join(keys)} but bleu_every_n_epochs={every}: the metric must exist after "
+        f"every validation; set bleu_every_n_epochs=1"
+    )
 
 
 class ValidBleu(pl.Callback):
