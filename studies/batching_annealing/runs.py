@@ -26,7 +26,7 @@ from typing import Any
 
 from convseq.errors import DataError
 from convseq.evaluation.history import as_float, best_of, finite_or_none
-from convseq.evaluation.report import SweepJob, find_jobs, load_job
+from convseq.evaluation.sweep_jobs import SweepJob, find_jobs, load_job
 
 __all__ = [
     "TIMING_FILE",

@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from convseq.errors import DataError
-from convseq.evaluation.report import (
-    REPORT_FILES,
-    find_jobs,
-    load_job,
-    split_overrides,
-    write_report,
-)
+from convseq.evaluation.report import REPORT_FILES, write_report
+from convseq.evaluation.sweep_jobs import find_jobs, load_job, split_overrides
 from convseq.tasks.dispatch import dispatch
 from convseq.viz.curves import plot_curves
 from tests.conftest import compose_config
@@ -108,7 +103,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 def test_jobs_come_in_natural_order_with_their_distinguishing_overrides(sweep):
     assert [p.name for p in find_jobs(sweep)] == ["0", "1", "2", "10"]
-    from convseq.evaluation.report import load_job
+    from convseq.evaluation.sweep_jobs import load_job
 
     jobs = [load_job(p, sweep) for p in find_jobs(sweep)]
     common, varying = split_overrides(jobs)

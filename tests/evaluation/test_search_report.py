@@ -13,8 +13,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from convseq.errors import DataError
-from convseq.evaluation.report import REPORT_FILES, load_job, write_report
+from convseq.evaluation.report import REPORT_FILES, write_report
 from convseq.evaluation.search_report import BEST_FILE, optuna_search
+from convseq.evaluation.sweep_jobs import load_job
 
 SWEEPER = {
     "_target_": "hydra_plugins.convseq_optuna.resumable.ResumableOptunaSweeper",

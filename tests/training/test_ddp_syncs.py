@@ -152,7 +152,7 @@ def test_two_gloo_ranks_read_the_device_once_an_update_with_the_bar_on(tmp_path,
             "tolist at convseq/training/module.py (configure_gradient_clipping)": 1,
             "allreduce_ at pytorch_lightning/core/module.py (backward)": 1,  # DDP's gradients
             "allreduce_ at convseq/training/strategy.py (reduce)": 1,  # the update's sums
-            "allreduce_ (host) at convseq/training/callbacks.py (_agreed)": 1,  # signal flag
+            "allreduce_ (host) at convseq/training/signals.py (_agreed)": 1,  # signal flag
             "tolist at tests/ddp_script.py (on_train_batch_start)": 1,  # the test's own record
         }
     )

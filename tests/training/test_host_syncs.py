@@ -17,8 +17,8 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.data.dataset import LanguagePairDataset
-from convseq.training import callbacks as callbacks_module
-from convseq.training.callbacks import SignalCallback
+from convseq.training import signals as signals_module
+from convseq.training.signals import SignalCallback
 from tests.training_utils import tiny_databin
 
 
@@ -65,9 +65,9 @@ def test_the_signal_flag_is_agreed_on_the_cpu_not_on_the_training_device(monkeyp
         reduced.append((tensor.device.type, group))
         tensor += 1.0  # the other rank received a signal
 
-    monkeypatch.setattr(callbacks_module.dist, "all_reduce", all_reduce)
-    monkeypatch.setattr(callbacks_module.dist, "get_backend", lambda group=None: "nccl")
-    monkeypatch.setattr(callbacks_module.dist, "new_group", lambda backend=None: f"{backend} group")
+    monkeypatch.setattr(signals_module.dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(signals_module.dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(signals_module.dist, "new_group", lambda backend=None: f"{backend} group")
     # a device the host cannot read from at all: reading the flag from it would fail
     strategy = SimpleNamespace(root_device=torch.device("meta"))
     strategy.reduce = lambda t, reduce_op=None: pytest.fail("the flag went through the device")

@@ -73,7 +73,6 @@ from convseq.training.build import (
     check_resume,
     stop_reason,
 )
-from convseq.training.callbacks import TrainingInterrupted
 from convseq.training.header import header_lines, log_header
 from convseq.training.interruption import (
     CONTINUE_WITH,
@@ -88,6 +87,7 @@ from convseq.training.module import ConvSeqModule
 from convseq.training.noise import quiet_third_party
 from convseq.training.profiler import EpochProfiler
 from convseq.training.run_log import truncate_metrics, write_summary
+from convseq.training.signals import TrainingInterrupted
 from convseq.training.slurm import refuse_hpc_checkpoints, request_requeue
 from convseq.training.thread_share import ThreadShare
 from convseq.training.trackers import close_trackers, log_test_scores, tracker_resume

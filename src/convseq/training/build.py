@@ -22,11 +22,9 @@ from convseq.training.bleu import TestBleu, ValidBleu, wants_valid_bleu
 from convseq.training.callbacks import (
     AnnealingCallback,
     BatchEpochCallback,
-    CrashCheckpoint,
     EpochCheckpoint,
     MaxUpdateCallback,
     RNGStateCallback,
-    SignalCallback,
 )
 from convseq.training.intervals import UpdateCheckpoint, validation_interval
 from convseq.training.intervals import trainer_arguments as interval_arguments
@@ -37,6 +35,7 @@ from convseq.training.patience import Patience
 from convseq.training.profiler import EpochProfiler, LoggingTimer
 from convseq.training.progress import ProgressLines, progress_mode
 from convseq.training.resume_agreement import ResumeAgreement
+from convseq.training.signals import CrashCheckpoint, SignalCallback
 from convseq.training.slurm import cluster_plugins, requeue_signal
 from convseq.training.strategy import strategy_argument
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
@@ -87,6 +86,9 @@ def build_callbacks(
 ) -> dict[str, pl.Callback]:
     """convseq's callbacks by name, in the order Lightning must call them.
 
+    Lightning calls its checkpoint callbacks (`ModelCheckpoint`s) after all the others, in
+    their order here; the others run in the order of this dict.
+
     Args:
         cfg: the run's plain config.
         ckpt_dir: the run's checkpoints folder.
@@ -95,21 +97,64 @@ def build_callbacks(
     """
     ck = cfg.get("checkpoint") or {}
     monitor, mode = ck.get("monitor", "valid/loss"), ck.get("mode", "min")
-    by_updates = validation_interval(cfg) > 0
-    cbs: dict[str, pl.Callback] = {
+    cbs = {**_state_callbacks(cfg, ckpt_dir), **_checkpoint_callbacks(cfg, ckpt_dir, monitor, mode)}
+    patience = int(cfg.get("patience", -1) or -1)
+    if patience > 0:
+        cbs["patience"] = Patience(monitor=monitor, mode=mode, patience=patience, verbose=True)
+    every = wants_valid_bleu(cfg)
+    if every:
+        cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
+    gen = cfg.get("gen") or {}
+    if cfg.get("final_test", True) and gen.get("test_bleu", True):
+        cbs["test_bleu"] = TestBleu(gen)
+    if cfg.get("profile"):
+        cbs["profile"] = LoggingTimer()
+    # per-update figures at least once an epoch, without Lightning's warning on small corpora
+    cbs["log_interval"] = LogIntervalClamp()
+    cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
+    shown = progress_mode(cfg["trainer"])
+    if shown in ("lines", "json"):  # the job log: a line per interval, validation, checkpoint, stop
+        max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
+        cbs["progress"] = ProgressLines(
+            shown,
+            stop_reason=lambda trainer: stop_reason(trainer, cbs, max_epochs),
+            monitor=(monitor, mode),
+            patience=cbs.get("patience"),
+        )
+    # the trackers' config and run ids (kept in the checkpoint for a resumed run)
+    cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)
+    for key, callback in config_callbacks(cfg):  # the user's own, from `callbacks`
+        cbs[key] = callback
+    return cbs
+
+
+def _state_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Callback]:
+    """What a resumed run continues from (batch position, lr, RNG) and what stops a run."""
+    max_update = int(cfg.get("max_update") or 0)
+    return {
         # First: advances the batch sampler's position before the signal handler saves it.
         "batches": BatchEpochCallback(),
         "anneal": AnnealingCallback(
             cfg["anneal"],
             lr=cfg["optim"]["lr"],
-            by_validation=by_updates,
-            max_update=int(cfg.get("max_update") or 0),
+            by_validation=validation_interval(cfg) > 0,
+            max_update=max_update,
         ),
-        "max_update": MaxUpdateCallback(int(cfg.get("max_update") or 0)),
+        "max_update": MaxUpdateCallback(max_update),
         "rng": RNGStateCallback(),
         # SIGUSR1 too under SLURM: saved and requeued by convseq, not Lightning (training/slurm.py)
         "signal": SignalCallback(str(ckpt_dir / LAST), requeue_signal()),
         "crash": CrashCheckpoint(str(ckpt_dir / CRASH)),
+    }
+
+
+def _checkpoint_callbacks(
+    cfg: Mapping[str, Any], ckpt_dir: Path, monitor: str, mode: str
+) -> dict[str, pl.Callback]:
+    """best.ckpt and last.ckpt, and the update and epoch checkpoints `checkpoint.*` asks for."""
+    ck = cfg.get("checkpoint") or {}
+    by_updates = validation_interval(cfg) > 0
+    cbs: dict[str, pl.Callback] = {
         "best": BestAndLast(
             dirpath=str(ckpt_dir),
             filename=Path(BEST).stem,
@@ -137,36 +182,9 @@ def build_callbacks(
     if save_every:
         keep_updates = int(ck.get("keep_interval_updates", -1))
         cbs["updates"] = UpdateCheckpoint(ckpt_dir, save_every, keep_updates)
-    patience = int(cfg.get("patience", -1) or -1)
-    if patience > 0:
-        cbs["patience"] = Patience(monitor=monitor, mode=mode, patience=patience, verbose=True)
     keep = int(ck.get("keep_epochs", 0) or 0)
     if keep != 0:
         cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), keep)
-    every = wants_valid_bleu(cfg)
-    if every:
-        cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
-    gen = cfg.get("gen") or {}
-    if cfg.get("final_test", True) and gen.get("test_bleu", True):
-        cbs["test_bleu"] = TestBleu(gen)
-    if cfg.get("profile"):
-        cbs["profile"] = LoggingTimer()
-    # per-update figures at least once an epoch, without Lightning's warning on small corpora
-    cbs["log_interval"] = LogIntervalClamp()
-    cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
-    shown = progress_mode(cfg["trainer"])
-    if shown in ("lines", "json"):  # the job log: a line per interval, validation, checkpoint, stop
-        max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
-        cbs["progress"] = ProgressLines(
-            shown,
-            stop_reason=lambda trainer: stop_reason(trainer, cbs, max_epochs),
-            monitor=(monitor, mode),
-            patience=cbs.get("patience"),
-        )
-    # the trackers' config and run ids (kept in the checkpoint for a resumed run)
-    cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)
-    for key, callback in config_callbacks(cfg):  # the user's own, from `callbacks`
-        cbs[key] = callback
     return cbs
 
 

@@ -33,8 +33,8 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.errors import SettingError
-from convseq.training.callbacks import TrainingInterrupted
 from convseq.training.log_interval import updates_per_epoch
+from convseq.training.signals import TrainingInterrupted
 
 __all__ = ["MODES", "ProgressLines", "format_record", "progress_mode"]
 
