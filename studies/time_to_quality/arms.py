@@ -109,6 +109,12 @@ ARMS: dict[str, list[str]] = {
     # one lever at a time on the recipe (seed 1, 20 minutes): read against fast45_seed1's best
     # valid BLEU by 12 and by 20 minutes (the same run up to its 20th minute)
     **{f"lever_{name}": recipe("multi30k_fast", 1, 20, *extra) for name, extra in LEVERS.items()},
+    # the lever that read best on seed 1 (two DDP processes) on the recipe's other two seeds,
+    # read against fast45_seed2 and fast45_seed3 up to their 20th minute
+    **{
+        f"lever_ddp_seed{seed}": recipe("multi30k_fast", seed, 20, *LEVERS["ddp"])
+        for seed in (2, 3)
+    },
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
