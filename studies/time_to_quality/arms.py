@@ -64,7 +64,7 @@ def width(dim: int) -> list[str]:
     ]
 
 
-# the levers not read at the recipe's schedule yet: name -> overrides of the recipe
+# one lever at a time on the recipe (docs/multi30k.md, "One lever at a time"): name -> overrides
 LEVERS: dict[str, list[str]] = {
     "drop0.1": ["model.dropout=0.1"],  # the recipe's model is small: less dropout, faster fit?
     "ls0": ["criterion.label_smoothing=0.0"],
