@@ -12,10 +12,10 @@ sweep folder:
 - `sweep_curves.png`: validation loss and lr against the epoch, one line per job;
 - `sweep_report.json`: the same rows and the plotted numbers, for scripts and notebooks.
 
-A job is read by `convseq.evaluation.sweep_jobs`. One without `summary.json` (it failed, or is still running) is listed from its
-`csv/metrics.csv` as far as that goes, with its status saying so: `failed: <error>` when the job
-left its error in `error.txt` (a sweep job that raised), else `no summary.json (failed or still
-running)`.
+A job is read by `convseq.evaluation.sweep_jobs`. One without `summary.json` (it failed, or is
+still running) is listed from its `csv/metrics.csv` as far as that goes, with its status saying
+so: `failed: <error>` when the job left its error in `error.txt` (a sweep job that raised), else
+`no summary.json (failed or still running)`.
 
 An Optuna search (`convseq.evaluation.search_report`) gets the same files, its rows ordered by
 the objective (best first, with an objective column), a paragraph naming the best trial and its

@@ -106,10 +106,6 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     )
 
 
-def _key(override: str) -> str:
-    return override.split("=", 1)[0]
-
-
 def split_overrides(jobs: Sequence[SweepJob]) -> tuple[list[str], list[list[str]]]:
     """(overrides every job shares, per job the overrides that tell it apart)."""
     if not jobs:
