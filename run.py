@@ -15,11 +15,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from convseq.tasks.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
-from convseq.tasks.dispatch import dispatch
-from convseq.tasks.hydra_callbacks import job_errors
-from convseq.tasks.rank_args import rank_args
-from convseq.tasks.schema import register_configs
+from convseq.cli.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
+from convseq.cli.dispatch import dispatch
+from convseq.cli.hydra_callbacks import job_errors
+from convseq.cli.rank_args import rank_args
+from convseq.cli.schema import register_configs
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
@@ -39,6 +39,6 @@ if __name__ == "__main__":
         dispatch(compose_without_run_folder(sys.argv[1:], CONF_DIR, "config"))
     else:
         # a rank other than the first of a torchrun / srun / multi-machine launch: no .hydra/
-        # and a log of its own in the shared run folder (convseq.tasks.rank_args)
+        # and a log of its own in the shared run folder (convseq.cli.rank_args)
         sys.argv[1:] = rank_args(sys.argv[1:], os.environ)
         main()

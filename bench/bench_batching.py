@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.datamodule import TranslationDataModule
-from convseq.tasks.schema import default_cache_dir
+from convseq.cli.schema import default_cache_dir
 from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,36 +70,43 @@ def loader_epoch(dm: TranslationDataModule) -> tuple[float, int, int]:
     return time.perf_counter() - t0, n_all, n_tgt
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-tokens", type=int, default=4000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     ap.add_argument("--cache-dir", default=os.environ.get("CONVSEQ_CACHE") or default_cache_dir())
-    args = ap.parse_args()
-    if not (CORPUS / "train.de").is_file():
-        print(f"skipped: Multi30k not found at {CORPUS}")
-        return 0
-    print(machine_line())
+    return ap.parse_args()
 
+
+def data_settings(max_tokens: int) -> tuple[dict, dict]:
+    """conf/data/multi30k.yaml on ../shared/data and conf/batching/tokens.yaml at `max_tokens`."""
     data = OmegaConf.load(ROOT / "conf" / "data" / "multi30k.yaml")
     data.dir = str(CORPUS)
     data = OmegaConf.to_container(data, resolve=True)
     tokens = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "batching" / "tokens.yaml"))
-    tokens["max_tokens"] = args.max_tokens
-    dm = TranslationDataModule(data, tokens, args.cache_dir)
+    tokens["max_tokens"] = max_tokens
+    return data, tokens
+
+
+def train_split(data: dict, tokens: dict, cache_dir: str):
+    """The train split's dataset, its data-bin built first if need be (both reported)."""
+    dm = TranslationDataModule(data, tokens, cache_dir)
     t0 = time.perf_counter()
     dm.prepare_data()
     dm.setup("fit")
     print(f"data-bin ready in {time.perf_counter() - t0:.1f} s: {dm.databin.path}")
     train = dm.dataset("train")
     src, tgt = train.src_sizes, train.tgt_sizes
-    n = len(train)
-    print(f"train: {n} pairs, mean length {src.mean():.1f} (src) / {tgt.mean():.1f} (tgt) tokens")
+    print(f"train: {len(train)} pairs, mean length {src.mean():.1f} (src) / {tgt.mean():.1f} (tgt) tokens")
+    return train
 
-    # 1. padding ------------------------------------------------------------------------------
-    mult = tokens["required_batch_size_multiple"]
-    ms = match_max_sentences(src, tgt, args.max_tokens, required_batch_size_multiple=1)
+
+def padding_runs(
+    src: np.ndarray, tgt: np.ndarray, max_tokens: int, mult: int, ms: int, repeats: int
+) -> tuple[dict[str, list[dict]], list[float]]:
+    """Each batching's padding figures at seeds 1..repeats, and the ms to build the token batches."""
+    n = len(src)
     rows: dict[str, list[dict]] = {
         "tokens": [],
         "tokens, snake order": [],
@@ -107,16 +114,16 @@ def main() -> int:
         "sentences (random)": [],
     }
     build_ms = []
-    for seed in range(1, args.repeats + 1):
+    for seed in range(1, repeats + 1):
         t0 = time.perf_counter()
         tok = TokenBatchSampler(
-            src, tgt, max_tokens=args.max_tokens, required_batch_size_multiple=mult, seed=seed
+            src, tgt, max_tokens=max_tokens, required_batch_size_multiple=mult, seed=seed
         )
         build_ms.append((time.perf_counter() - t0) * 1e3)
         snake = TokenBatchSampler(
             src,
             tgt,
-            max_tokens=args.max_tokens,
+            max_tokens=max_tokens,
             order="snake",
             required_batch_size_multiple=mult,
             seed=seed,
@@ -129,9 +136,16 @@ def main() -> int:
         rows["sentences (random)"].append(
             padding_stats(np.array_split(perm, -(-n // ms)), src, tgt)
         )
+    return rows, build_ms
+
+
+def print_padding(
+    rows: dict[str, list[dict]], build_ms: list[float], max_tokens: int, mult: int, ms: int
+) -> None:
+    """The padding table: each batching's medians over the seeds."""
     med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in rows.items()}
     print(
-        f"\nmax_tokens={args.max_tokens} (multiple {mult}); matched max_sentences={ms}; "
+        f"\nmax_tokens={max_tokens} (multiple {mult}); matched max_sentences={ms}; "
         f"frozen batch list built in {statistics.median(build_ms):.0f} ms"
     )
     print("real tokens = non-pad share of the padded source + target tensors (src / tgt apart);")
@@ -147,7 +161,9 @@ def main() -> int:
             f"{m['cost_mean']:>6.0f} {m['cost_max']:>6.0f} {m['cost_cv']:>5.2f}"
         )
 
-    # 2. throughput ---------------------------------------------------------------------------
+
+def loader_throughput(data: dict, tokens: dict, args: argparse.Namespace) -> None:
+    """One train epoch through the loader at each worker count, timed; a row each."""
     print(f"\nloader throughput (one train epoch, median of {args.repeats}):")
     print(f"{'workers':>7} {'seconds':>8} {'src+tgt tok/s':>14} {'tgt tok/s':>10}")
     for workers in args.workers:
@@ -160,6 +176,26 @@ def main() -> int:
             runs.append(loader_epoch(wdm))
         sec = statistics.median(r[0] for r in runs)
         print(f"{workers:>7} {sec:>8.3f} {runs[0][1] / sec:>14,.0f} {runs[0][2] / sec:>10,.0f}")
+
+
+def main() -> int:
+    args = parse_args()
+    if not (CORPUS / "train.de").is_file():
+        print(f"skipped: Multi30k not found at {CORPUS}")
+        return 0
+    print(machine_line())
+    data, tokens = data_settings(args.max_tokens)
+    train = train_split(data, tokens, args.cache_dir)
+    src, tgt = train.src_sizes, train.tgt_sizes
+
+    # 1. padding ------------------------------------------------------------------------------
+    mult = tokens["required_batch_size_multiple"]
+    ms = match_max_sentences(src, tgt, args.max_tokens, required_batch_size_multiple=1)
+    rows, build_ms = padding_runs(src, tgt, args.max_tokens, mult, ms, args.repeats)
+    print_padding(rows, build_ms, args.max_tokens, mult, ms)
+
+    # 2. throughput ---------------------------------------------------------------------------
+    loader_throughput(data, tokens, args)
     return 0
 
 

@@ -187,8 +187,8 @@ def child_startup(spec: dict) -> dict:
     import pytorch_lightning as pl
     from hydra import compose, initialize_config_dir
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
     t0, marks = spec["t0"], {"imports": time.time() - spec["t0"]}
@@ -376,7 +376,7 @@ def plot(rows: list[dict], workers: list[int], path: Path) -> None:
     save_png(fig, path)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="100k,1M,3M", help="train pairs, e.g. 100k,1M,3M")
     ap.add_argument("--dry-run", action="store_true", help="2k and 5k pairs, fconv_toy")
@@ -390,7 +390,56 @@ def main() -> int:
     ap.add_argument("--model", default="fconv_iwslt_de_en", help="start-up: conf/model option")
     ap.add_argument("--child", choices=["preprocess", "startup"], help=argparse.SUPPRESS)
     ap.add_argument("--spec", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def data_settings(args: argparse.Namespace) -> tuple[dict, dict, list[int]]:
+    """(conf/data/multi30k.yaml, its subword settings, the worker counts to measure), printed."""
+    from convseq.data.config import DataConfig, SubwordConfig
+
+    args.data_fields = {f.name for f in fields(DataConfig)}
+    workers = [1, 2] if "workers" in args.data_fields else [1]
+    data_yaml = OmegaConf.load(ROOT / "conf" / "data" / "multi30k.yaml")
+    data_yaml.dir = "unset"  # replaced per corpus; `paths` does not exist outside Hydra
+    data = OmegaConf.to_container(data_yaml, resolve=True)
+    sub = {**{f.name: f.default for f in fields(SubwordConfig)}, **data.get("subword", {})}
+    print(f"corpus: Multi30k train pairs sampled with replacement, seed {args.seed}: {args.work}")
+    spm = f"{sub['type']} {sub['vocab_size']}, joint={sub['joint']}"
+    spm += f", input_sentence_size={sub['input_sentence_size']} (0: all sentences)"
+    print(f"data: conf/data/multi30k.yaml: {spm}, vocab.joined={data['vocab']['joined']}")
+    if workers == [1]:
+        print("data.workers is not in the data config (src/convseq/data/config.py) yet: "
+              "preprocessing measured with 1 worker only")  # fmt: skip
+    return data, sub, workers
+
+
+def measure_sizes(sizes: list[int], args: argparse.Namespace, data: dict, workers: list[int]):
+    """One row of measurements per corpus size, each timed as it goes."""
+    rows = []
+    for n in sizes:
+        t = time.perf_counter()
+        rows.append(measure(n, args, data, workers))
+        print(f"  {size_name(n)} measured in {time.perf_counter() - t:.0f} s", flush=True)
+    print()
+    return rows
+
+
+def report_rows(rows: list[dict], workers: list[int]) -> list[dict]:
+    """The table, its legend and the checks against the limits; the checks returned."""
+    print_table(rows, workers)
+    print("prep: prepare_databin wall time; RSS: peak of the process tree (every 50 ms) and the")
+    print("largest single process (VmHWM / ru_maxrss); plan: build + shard one epoch, rank 0 of 2;")
+    print("loader: real src+tgt tokens/s; 1st update: from spawning the process to its 1st update")
+    results = checks(rows, workers)
+    print()
+    for c in results:
+        value = "-" if c["value"] is None else f"{c['value']:.2f}"
+        print(f"{c['status']:<5} {c['check']:<40} {value:>8} <= {c['limit']:g} {c['unit']}")
+    return results
+
+
+def main() -> int:
+    args = parse_args()
     if args.child:
         fn = child_preprocess if args.child == "preprocess" else child_startup
         print(MARK + json.dumps(fn(json.loads(args.spec))), flush=True)
@@ -407,40 +456,12 @@ def main() -> int:
     sizes = sorted({parse_size(s) for s in args.sizes.split(",")})
     args.work = args.work.absolute()
     args.work.mkdir(parents=True, exist_ok=True)
-
-    from convseq.data.config import DataConfig, SubwordConfig
-
-    args.data_fields = {f.name for f in fields(DataConfig)}
-    workers = [1, 2] if "workers" in args.data_fields else [1]
-    data_yaml = OmegaConf.load(ROOT / "conf" / "data" / "multi30k.yaml")
-    data_yaml.dir = "unset"  # replaced per corpus; `paths` does not exist outside Hydra
-    data = OmegaConf.to_container(data_yaml, resolve=True)
-    sub = {**{f.name: f.default for f in fields(SubwordConfig)}, **data.get("subword", {})}
-    print(f"corpus: Multi30k train pairs sampled with replacement, seed {args.seed}: {args.work}")
-    spm = f"{sub['type']} {sub['vocab_size']}, joint={sub['joint']}"
-    spm += f", input_sentence_size={sub['input_sentence_size']} (0: all sentences)"
-    print(f"data: conf/data/multi30k.yaml: {spm}, vocab.joined={data['vocab']['joined']}")
-    if workers == [1]:
-        print("data.workers is not in the data config (src/convseq/data/config.py) yet: "
-              "preprocessing measured with 1 worker only")  # fmt: skip
+    data, sub, workers = data_settings(args)
     load = os.getloadavg()[0]
     print(f"load average {load:.1f}; start-up model {args.model}\n")
 
-    rows = []
-    for n in sizes:
-        t = time.perf_counter()
-        rows.append(measure(n, args, data, workers))
-        print(f"  {size_name(n)} measured in {time.perf_counter() - t:.0f} s", flush=True)
-    print()
-    print_table(rows, workers)
-    print("prep: prepare_databin wall time; RSS: peak of the process tree (every 50 ms) and the")
-    print("largest single process (VmHWM / ru_maxrss); plan: build + shard one epoch, rank 0 of 2;")
-    print("loader: real src+tgt tokens/s; 1st update: from spawning the process to its 1st update")
-    results = checks(rows, workers)
-    print()
-    for c in results:
-        value = "-" if c["value"] is None else f"{c['value']:.2f}"
-        print(f"{c['status']:<5} {c['check']:<40} {value:>8} <= {c['limit']:g} {c['unit']}")
+    rows = measure_sizes(sizes, args, data, workers)
+    results = report_rows(rows, workers)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = dict(machine=info, sizes=sizes, workers=workers, seed=args.seed,

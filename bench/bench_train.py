@@ -52,8 +52,8 @@ def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -252,7 +252,7 @@ def count_flops(cfg: dict[str, Any], warmup: int, updates: int) -> float:
 
 def cache_dir(given: str | None) -> str:
     """The data-bin cache a run.py run would use: `given`, else $CONVSEQ_CACHE, else the default."""
-    from convseq.tasks.schema import default_cache_dir
+    from convseq.cli.schema import default_cache_dir
 
     return given or os.environ.get("CONVSEQ_CACHE") or default_cache_dir()
 

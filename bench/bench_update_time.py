@@ -42,8 +42,8 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
     class Clock(pl.Callback):

@@ -64,8 +64,8 @@ def compose(overrides: list[str], output_dir: str) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()

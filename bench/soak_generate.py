@@ -122,8 +122,8 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
 
     from convseq.data.preprocess import prepare_databin
     from convseq.data.toy.corpus import write_toy_corpus
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
     cache, out = tmp / "cache", tmp / "run"

@@ -96,8 +96,8 @@ def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from convseq.tasks.schema import register_configs
+from convseq.cli.schema import register_configs
 from tests.training_utils import one_thread, tiny_data  # noqa: F401  (training test fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -182,8 +182,8 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.dispatch import to_plain
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.dispatch import to_plain
+    from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
     register_configs()

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
+from convseq.cli.dispatch import to_plain
 from convseq.optim.anneal import Annealer
-from convseq.tasks.dispatch import to_plain
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, TINY_MODEL, summary, tiny_config
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from convseq.cli.dispatch import to_plain
 from convseq.optim.warmup import UpdateSchedule
-from convseq.tasks.dispatch import to_plain
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, summary
 

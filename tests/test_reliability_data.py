@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 
+from convseq.cli.dispatch import dispatch
 from convseq.errors import CheckpointError, DataError
-from convseq.tasks.dispatch import dispatch
 from convseq.tasks.train import train
 from tests.training_utils import tiny_config, train_one_tiny_epoch
 

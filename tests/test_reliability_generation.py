@@ -17,13 +17,13 @@ import shutil
 import pytest
 import torch
 
+from convseq.cli.dispatch import dispatch
 from convseq.data.databin import DataBin
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import text_processing, train_sentencepiece
 from convseq.inference.errors import GenerationError
 from convseq.inference.translator import Translator
 from convseq.search import beam_search, greedy, reference_beam_search
-from convseq.tasks.dispatch import dispatch
 from convseq.tasks.interactive import run_interactive
 from convseq.training.module import ConvSeqModule
 from tests.generation_utils import FAST_GEN, generate_config, tiny_checkpoint

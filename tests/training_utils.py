@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 
+from convseq.cli.dispatch import to_plain
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
-from convseq.tasks.dispatch import to_plain
 
 # A model small enough for a whole epoch to take a fraction of a second on one core.
 TINY_MODEL = [

@@ -26,7 +26,7 @@ def run_paths(conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()

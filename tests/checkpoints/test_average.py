@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.checkpoints.average import AVERAGE_KEY, average_checkpoints, last_n_checkpoints
+from convseq.cli.dispatch import dispatch
 from convseq.errors import CheckpointError
-from convseq.tasks.dispatch import dispatch
 from convseq.tasks.train import train
 from convseq.training.module import ConvSeqModule
 from tests.conftest import compose_config

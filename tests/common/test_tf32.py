@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import convseq.tasks.dispatch as dispatch_module
+import convseq.cli.dispatch as dispatch_module
 from convseq.common.tf32 import set_tf32, tf32_state
 from tests.conftest import compose_config
 

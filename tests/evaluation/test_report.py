@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from convseq.cli.dispatch import dispatch
 from convseq.errors import DataError
 from convseq.evaluation.report import REPORT_FILES, write_report
 from convseq.evaluation.sweep_jobs import find_jobs, load_job, split_overrides
-from convseq.tasks.dispatch import dispatch
 from convseq.viz.curves import plot_curves
 from tests.conftest import compose_config
 

@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import convseq.tasks.command_line as command_line_module
-import convseq.tasks.dispatch as dispatch_module
-from convseq.tasks.command_line import (
+import convseq.cli.command_line as command_line_module
+import convseq.cli.dispatch as dispatch_module
+from convseq.cli.command_line import (
     MissingPlugin,
     check_command_line,
     check_plugins,
@@ -25,8 +25,8 @@ from convseq.tasks.command_line import (
     parse_overrides,
     wants_no_run_folder,
 )
-from convseq.tasks.config_check import ConfigKeyError, check_keys, schema_tree, suggestions
-from convseq.tasks.schema import register_configs
+from convseq.cli.config_check import ConfigKeyError, check_keys, schema_tree, suggestions
+from convseq.cli.schema import register_configs
 from tests.conftest import CONF_DIR, ROOT, compose_config
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
+from convseq.cli.dispatch import dispatch, to_plain
 from convseq.errors import DataError
 from convseq.evaluation.bootstrap import hypothesis_file, paired_bootstrap, read_lines
 from convseq.optim.anneal import Annealer
 from convseq.tasks.compare import run_compare
-from convseq.tasks.dispatch import dispatch, to_plain
 from tests.conftest import compose_config
 
 # ---------------------------------------------------------------------------- synthetic systems

@@ -10,7 +10,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from convseq.tasks.dispatch import to_plain
+from convseq.cli.dispatch import to_plain
 from tests.conftest import CONF_DIR, ROOT, compose_config
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "local")
@@ -104,7 +104,7 @@ def test_unknown_group_option_lists_the_valid_choices():
 
 def test_schema_checks_yaml_files_too(tmp_path):
     # A typo inside a group file (not on the command line) fails the same way.
-    from convseq.tasks.schema import Config
+    from convseq.cli.schema import Config
 
     schema = OmegaConf.structured(Config)
     bad = OmegaConf.create({"optim": {"name": "nag", "momentun": 0.9}})

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from convseq.tasks.config_check import check_key, check_keys
+from convseq.cli.config_check import check_key, check_keys
 from tests.conftest import compose_config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

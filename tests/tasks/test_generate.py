@@ -14,6 +14,7 @@ import torch
 
 import convseq.inference.translator as translator_mod
 import convseq.training.bleu as bleu_mod
+from convseq.cli.dispatch import dispatch
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import DataError
@@ -25,7 +26,6 @@ from convseq.inference.options import GenOptions
 from convseq.inference.records import in_input_order
 from convseq.inference.translator import Translator
 from convseq.search import beam_search
-from convseq.tasks.dispatch import dispatch
 from convseq.tasks.generate import run_generate
 from convseq.tasks.train import train
 from convseq.training.module import ConvSeqModule

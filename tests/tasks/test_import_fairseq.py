@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from convseq.checkpoints.fairseq import load_fairseq
-from convseq.tasks.dispatch import dispatch
+from convseq.cli.dispatch import dispatch
 from tests.conftest import compose_config
 from tests.fairseq_ckpt_factory import (
     fairseq_namespace,

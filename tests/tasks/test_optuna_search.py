@@ -1,5 +1,5 @@
 """`python run.py -m hparams_search=...`: a real Optuna search through run.py, continued by the
-same command; the study's bookkeeping (`convseq.tasks.optuna_search`); the search spaces the
+same command; the study's bookkeeping (`convseq.cli.optuna_search`); the search spaces the
 configs compose to."""
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from convseq.evaluation.report import REPORT_FILES
-from convseq.tasks.hydra_callbacks import SweepReport
-from convseq.tasks.optuna_search import (
+from convseq.cli.hydra_callbacks import SweepReport
+from convseq.cli.optuna_search import (
     OPTUNA_SWEEPER,
     SearchError,
     SearchInterrupted,
@@ -28,7 +27,8 @@ from convseq.tasks.optuna_search import (
     cut_short,
     resume_study,
 )
-from convseq.tasks.schema import register_configs
+from convseq.cli.schema import register_configs
+from convseq.evaluation.report import REPORT_FILES
 from tests.conftest import CONF_DIR, ROOT
 from tests.training_utils import TINY_MODEL
 

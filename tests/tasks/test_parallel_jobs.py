@@ -1,9 +1,9 @@
-"""A sweep job's share of the CPUs (convseq.tasks.parallel_jobs), from the launcher's settings
+"""A sweep job's share of the CPUs (convseq.common.parallel_jobs), from the launcher's settings
 and the sweep's size."""
 
 from __future__ import annotations
 
-from convseq.tasks.parallel_jobs import job_cpus, sweep_size
+from convseq.common.parallel_jobs import job_cpus, sweep_size
 
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
 JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"

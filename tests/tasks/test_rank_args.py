@@ -1,9 +1,9 @@
 """Which processes of a multi-process launch keep Hydra's files out of the shared run folder
-(`convseq.tasks.rank_args`); the launches themselves run in tests/training/test_multinode.py."""
+(`convseq.cli.rank_args`); the launches themselves run in tests/training/test_multinode.py."""
 
 from __future__ import annotations
 
-from convseq.tasks.rank_args import launch_position, rank_args
+from convseq.cli.rank_args import launch_position, rank_args
 
 ARGV = ["trainer=ddp", "hydra.run.dir=/shared/run"]
 OWN = ["hydra.output_subdir=null"]

@@ -179,7 +179,7 @@ def compose_config_with_hydra(overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.schema import register_configs
     from tests.conftest import CONF_DIR
 
     register_configs()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from convseq.tasks.dispatch import dispatch
+from convseq.cli.dispatch import dispatch
 from tests.conftest import ROOT, compose_config
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
+from convseq.cli.hydra_callbacks import SweepReport
 from convseq.evaluation.report import REPORT_FILES
-from convseq.tasks.hydra_callbacks import SweepReport
 from tests.conftest import ROOT
 from tests.training_utils import TINY_MODEL
 
@@ -172,7 +172,7 @@ def test_multi_process_ddp_is_refused_under_submitits_local_executor(capsys):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.schema import register_configs
     from tests.conftest import CONF_DIR
 
     register_configs()
@@ -196,8 +196,8 @@ def test_a_failed_sweep_job_leaves_its_error_and_a_signalled_one_does_not(tmp_pa
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from convseq.tasks.hydra_callbacks import job_errors
-    from convseq.tasks.schema import register_configs
+    from convseq.cli.hydra_callbacks import job_errors
+    from convseq.cli.schema import register_configs
     from tests.conftest import CONF_DIR
 
     register_configs()

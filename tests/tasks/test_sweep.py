@@ -12,8 +12,8 @@ import sys
 import pytest
 from omegaconf import open_dict
 
+from convseq.cli.hydra_callbacks import SweepReport, relaunching_ddp
 from convseq.evaluation.report import REPORT_FILES
-from convseq.tasks.hydra_callbacks import SweepReport, relaunching_ddp
 from tests.conftest import ROOT
 from tests.training_utils import TINY_MODEL
 

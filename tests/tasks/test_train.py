@@ -15,10 +15,10 @@ import pytorch_lightning as pl
 import torch
 
 import convseq.checkpoints.io as checkpoint_mod
+from convseq.cli.dispatch import dispatch
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import read_metrics
 from convseq.optim.nag import NAG
-from convseq.tasks.dispatch import dispatch
 from convseq.tasks.train import train
 from convseq.training.callbacks import AnnealingCallback
 from tests.conftest import ROOT, compose_config

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from convseq.cli.dispatch import to_plain
 from convseq.errors import DataError
-from convseq.tasks.dispatch import to_plain
 from convseq.training.bleu import wants_valid_bleu
 from tests.conftest import compose_config
 

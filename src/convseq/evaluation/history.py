@@ -19,7 +19,7 @@ from convseq.errors import DataError
 
 METRICS_FILE = "metrics.csv"  # under <run>/csv/
 SUMMARY_FILE = "summary.json"  # in <run>/
-# in <run>/ of a sweep job that raised: its one-line error (convseq.tasks.hydra_callbacks)
+# in <run>/ of a sweep job that raised: its one-line error (convseq.cli.hydra_callbacks)
 ERROR_FILE = "error.txt"
 
 

@@ -102,7 +102,7 @@ def optuna_search(jobs: Sequence[Job]) -> OptunaSearch | None:
 def objective(job: Job, search: OptunaSearch) -> float:
     """The trial's objective: what its run returned (summary.json's best_value); NaN for a
     trial that failed, is still running or was cut short by a signal (none counts in the
-    study: `convseq.tasks.optuna_search`)."""
+    study: `convseq.cli.optuna_search`)."""
     summary = job.summary
     if not summary or summary.get("interrupted") or summary.get("signal"):
         return math.nan

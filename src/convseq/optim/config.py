@@ -1,8 +1,8 @@
 """The `optim` config group: its schema and each optimiser's defaults, in one place.
 
-`OptimConfig` types the group (the root schema, `convseq.tasks.schema.Config`, holds one).
+`OptimConfig` types the group (the root schema, `convseq.cli.schema.Config`, holds one).
 `OPTIMIZER_DEFAULTS` gives each optimiser's settings: conf/optim/<name>.yaml starts from them
-(`convseq.tasks.schema.register_configs` stores them in Hydra's ConfigStore as
+(`convseq.cli.schema.register_configs` stores them in Hydra's ConfigStore as
 `optim/defaults/<name>`), and `build_optimizer` falls back on them for a key it is not given.
 """
 

@@ -1,5 +1,5 @@
-"""The top layer: one module per ``task=`` value, each with a ``run_<task>(cfg)`` over plain config.
+"""The tasks: one module per ``task=`` value, each with a ``run_<task>(cfg)``.
 
-`dispatch` chooses the module, `schema` types the Hydra config, `hydra_callbacks` hooks into
-multiruns. Nothing else in convseq imports from here.
+The command line above (`convseq.cli`) composes and checks the config and calls the task;
+tests, notebooks and scripts may call a task's function directly with a config of their own.
 """

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
+from convseq.common.parallel_jobs import task_threads
 from convseq.data.databin import TEXT_SPLITS
 from convseq.data.fairseq_databin import FairseqDataBin
 from convseq.data.preprocess import open_databin
@@ -87,7 +88,6 @@ from convseq.inference.records import (
     write_nbest,
 )
 from convseq.inference.translator import Translator, numbered
-from convseq.tasks.parallel_jobs import task_threads
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
 

@@ -20,11 +20,11 @@ from typing import IO, Any
 
 import torch
 
+from convseq.common.parallel_jobs import task_threads
 from convseq.errors import ConvseqError
 from convseq.inference.data_match import check_given_data
 from convseq.inference.generation import checkpoint_paths, load_translator
 from convseq.inference.translator import Translator
-from convseq.tasks.parallel_jobs import task_threads
 
 SEPARATOR = " ||| "
 

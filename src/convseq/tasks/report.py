@@ -2,7 +2,7 @@
 
     python run.py task=report sweep_dir=multirun/2026-12-03/10-00-00 [report.test=true]
 
-A multirun writes the sweep report itself when it ends (`convseq.tasks.hydra_callbacks`); this
+A multirun writes the sweep report itself when it ends (`convseq.cli.hydra_callbacks`); this
 task re-makes it, e.g. for a sweep that is still running or was interrupted
 (`convseq.evaluation.report`). A study's own report (one run folder per arm) is the study's
 command, not this task's: see studies/README.md.

@@ -50,6 +50,7 @@ from convseq.checkpoints.io import (
     resolve_resume,
 )
 from convseq.common.clock import command_start
+from convseq.common.parallel_jobs import task_threads
 from convseq.common.plain import to_plain
 from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import open_databin
@@ -63,7 +64,6 @@ from convseq.evaluation.history import (
 )
 from convseq.inference.records import write_hypotheses
 from convseq.optim.warmup import check_update_schedule
-from convseq.tasks.parallel_jobs import task_threads
 from convseq.training.bleu import TestBleu, wants_valid_bleu
 from convseq.training.build import (
     build_callbacks,

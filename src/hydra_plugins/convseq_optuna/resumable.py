@@ -2,7 +2,7 @@
 
 A Hydra plugin lives in the `hydra_plugins` namespace (Hydra instantiates no other sweeper
 class) and is imported by Hydra's plugin scan at every start: this module imports Hydra only;
-Optuna, the plugin it wraps and convseq's part (`convseq.tasks.optuna_search`) load when a
+Optuna, the plugin it wraps and convseq's part (`convseq.cli.optuna_search`) load when a
 search starts. `conf/hparams_search/*.yaml` choose it with `hydra.sweeper._target_`.
 """
 
@@ -26,7 +26,7 @@ class ResumableOptunaSweeper(Sweeper):
     """
 
     def __init__(self, **settings: Any) -> None:
-        from convseq.tasks.optuna_search import INSTALL, SearchError
+        from convseq.cli.optuna_search import INSTALL, SearchError
 
         try:
             from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
@@ -42,7 +42,7 @@ class ResumableOptunaSweeper(Sweeper):
         self.impl.launcher = _SignalAwareLauncher(self.impl.launcher)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from convseq.tasks.optuna_search import SearchInterrupted, continue_sampler, resume_study
+        from convseq.cli.optuna_search import SearchInterrupted, continue_sampler, resume_study
         from convseq.training.interruption import EX_TEMPFAIL
 
         state = resume_study(
@@ -76,7 +76,7 @@ class _SignalAwareLauncher:
         from hydra.core.utils import JobStatus
         from omegaconf import OmegaConf
 
-        from convseq.tasks.optuna_search import SearchInterrupted, cut_short
+        from convseq.cli.optuna_search import SearchInterrupted, cut_short
 
         if self.interrupted:  # the sweeper went on (max_failure_rate > 0): launch nothing more
             raise SearchInterrupted(self.interrupted)

@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 from tests.conftest import compose_config
 
+from convseq.cli.dispatch import to_plain
 from convseq.errors import DataError
-from convseq.tasks.dispatch import to_plain
 from convseq.viz.runs import RunCurves
 from studies.batching_annealing import report
 from studies.batching_annealing.effects import Factorial, verdict

@@ -24,8 +24,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
+from convseq.cli.config_check import ConfigKeyError, check_key
 from convseq.errors import ConvseqError
-from convseq.tasks.config_check import ConfigKeyError, check_key
 
 __all__ = [
     "NO_RUN_FOLDER_TASKS",

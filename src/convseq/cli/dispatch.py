@@ -13,12 +13,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from convseq.cli.command_line import given_overrides, gives
+from convseq.cli.config_check import check_keys
+from convseq.cli.schema import TASKS
 from convseq.common.plain import to_plain
 from convseq.common.tf32 import set_tf32
 from convseq.errors import ConvseqError
-from convseq.tasks.command_line import given_overrides, gives
-from convseq.tasks.config_check import check_keys
-from convseq.tasks.schema import TASKS
 from convseq.training.noise import quiet_third_party
 
 # to_plain is convseq.common.plain's, importable here too (scripts and notebooks use it)
@@ -73,7 +73,7 @@ def nested(flat: dict[str, Any]) -> dict[str, Any]:
 def dispatch(cfg: DictConfig | dict) -> Any:
     """Run `cfg.task`; a ConvseqError (bad input) is printed as one clear line, exit status 2.
 
-    Every key must be one the schema knows (`convseq.tasks.config_check`), whether it came with
+    Every key must be one the schema knows (`convseq.cli.config_check`), whether it came with
     a `+` or not. Under Hydra, a task of `CHECKPOINT_TASKS` whose command line chooses no data
     option receives `data: None` (the checkpoint's are used; `_checkpoint_data`).
     """

@@ -3,7 +3,7 @@
 `SweepReport` writes the sweep's summary (`convseq.evaluation.report.write_report`) into `hydra.sweep.dir`
 once every job of a multirun has returned (also when a job failed: Hydra then skips
 `on_multirun_end`, so the report is written as the process exits), refuses an Optuna search that cannot start or would
-optimise the wrong way (`convseq.tasks.optuna_search.check_search`, exit status 2), and refuses to start a multi-process DDP job under a
+optimise the wrong way (`convseq.cli.optuna_search.check_search`, exit status 2), and refuses to start a multi-process DDP job under a
 local launcher (exit status 2; Lightning's DDP launcher re-executes the command line, `-m` and its sweep
 included, in every extra process: each would start a sweep of its own; under submitit's local
 executor the command line is submitit's job runner, which refuses Hydra's arguments).
@@ -78,7 +78,7 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         hydra_cfg = config.get("hydra") or {}
-        from convseq.tasks.optuna_search import SearchError, check_search, is_optuna_sweeper
+        from convseq.cli.optuna_search import SearchError, check_search, is_optuna_sweeper
 
         if is_optuna_sweeper(hydra_cfg.get("sweeper")):
             try:

@@ -1,6 +1,6 @@
 """Every key of a composed config must be one the schema knows: a misspelt key fails, `+` or not.
 
-Hydra's structured schema (`convseq.tasks.schema.Config`) refuses `optim.lrr=0.1`, but a leading
+Hydra's structured schema (`convseq.cli.schema.Config`) refuses `optim.lrr=0.1`, but a leading
 `+` (`+optim.lrr=0.1`) opens the node and appends the key, and the run would train with
 `optim.lr` at its default. `check_keys` walks the composed config against the schema after
 composition and refuses any key the schema does not have, with the closest known keys
@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from convseq.cli.schema import Config
 from convseq.errors import ConvseqError
-from convseq.tasks.schema import Config
 
 __all__ = ["ConfigKeyError", "check_key", "check_keys", "schema_tree", "suggestions"]
 
