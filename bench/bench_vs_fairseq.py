@@ -35,18 +35,16 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+# bench/, beside this script (on sys.path as a script)
+from bench_vs_fairseq_gen import add_generate_args, generate_child, generate_main
+from vs_fairseq_common import ROOT, VENV, WORK, fairseq_env, in_child, machine_of_run, report
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / "bench" / "fairseq-venv"
-WORK = ROOT / "outputs" / "bench_vs_fairseq"
 DATA_ROOT = os.environ.get("CONVSEQ_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
 RECIPE = ["experiment=multi30k_fconv", f"paths.data_root={DATA_ROOT}"]
 # fairseq-train's flags for the recipe (conf/experiment/multi30k_fconv.yaml)
@@ -108,12 +106,6 @@ def fairseq_databin(databin, dry_run: bool = False) -> Path:
     ]  # fmt: skip
     subprocess.run(cmd, check=True, env=fairseq_env(2))
     return dest
-
-
-def fairseq_env(threads: int) -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
-    env.pop("PYTHONPATH", None)
-    return env
 
 
 # -- training ------------------------------------------------------------------------------------
@@ -194,30 +186,6 @@ def first_update_loss(cfg: dict[str, Any]) -> float:
     return float(out.loss) / float(out.ntokens) / math.log(2)
 
 
-def in_child(side: str, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """Run `side` of this script in a fresh process; its JSON result."""
-    cmd = [sys.executable, __file__, *extra, "--child", side]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{side} child failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
-def machine_of_run(threads: int) -> dict[str, Any]:
-    """This machine (torch at the children's thread count), its line printed: the report's top.
-
-    The children run on the same machine; the parent names it once, for both toolkits.
-    """
-    import torch
-
-    torch.set_num_threads(threads)
-    info = machine()
-    print(machine_line(info), flush=True)
-    return info
-
-
 def train_main(args: argparse.Namespace, argv: list[str]) -> None:
     from convseq.data.databin import DataBin
     from convseq.data.preprocess import prepare_databin
@@ -253,33 +221,7 @@ def train_main(args: argparse.Namespace, argv: list[str]) -> None:
         print(f"wrote {args.json}")
 
 
-# -- reporting -----------------------------------------------------------------------------------
-def report(title: str, runs: dict[str, list[dict]], key: str, args: argparse.Namespace) -> dict:
-    c = [r[key] for r in runs["convseq"]]
-    f = [r[key] for r in runs["fairseq"]]
-    paired = [a / b for a, b in zip(c, f, strict=True)]
-    out = {
-        "title": title,
-        "convseq_median": statistics.median(c),
-        "fairseq_median": statistics.median(f),
-        "ratio_of_medians": statistics.median(c) / statistics.median(f),
-        "paired_ratio_median": statistics.median(paired),
-        "paired_ratio_range": [min(paired), max(paired)],
-        "repeats": len(c),
-        "threads": args.threads,
-    }
-    print(f"\n{title} (medians of {len(c)} alternating runs, {args.threads} threads)")
-    print(
-        f"  convseq {out['convseq_median']:.1f}  fairseq {out['fairseq_median']:.1f}  "
-        f"ratio {out['ratio_of_medians']:.2f}x (paired {out['paired_ratio_median']:.2f}x, "
-        f"{min(paired):.2f}-{max(paired):.2f})"
-    )
-    return out
-
-
 def main() -> None:
-    from bench_vs_fairseq_gen import add_generate_args, generate_child, generate_main
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     train = sub.add_parser("train", help="training throughput")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_vs_fairseq import ROOT, VENV, WORK, fairseq_env, in_child, machine_of_run, report
+from vs_fairseq_common import ROOT, VENV, WORK, fairseq_env, in_child, machine_of_run, report
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -97,6 +97,48 @@ def reduced_precision(model, precision: str):
     return for_generation(model, precision)
 
 
+def cell_runs(
+    args: argparse.Namespace, argv: list[str], export: Path, beam: int, batch: int
+) -> tuple[dict[str, list[dict]], str | None]:
+    """Both sides at one beam x batch, alternating which goes first; every run printed. The
+    runs, and fairseq's error if it failed (it is then not run again)."""
+    runs: dict[str, list[dict]] = {"convseq": [], "fairseq": []}
+    failed = None
+    for r in range(args.repeats):
+        order = ("convseq", "fairseq") if r % 2 == 0 else ("fairseq", "convseq")
+        for side in order:
+            if side == "fairseq" and failed:
+                continue
+            if side == "convseq":
+                res = in_child("convseq", args, [*argv, "--beam", str(beam), "--batch", str(batch)])
+            else:
+                res = fairseq_side(export, beam, batch, args.threads)
+            if "error" in res:
+                failed = res["error"]
+                print(f"beam {beam} batch {batch}: fairseq failed: {failed}", flush=True)
+                continue
+            res["sents_per_s"] = res["sentences"] / res["seconds"]
+            runs[side].append(res)
+            print(f"beam {beam} batch {batch} repeat {r + 1} {side:8s} "
+                  f"{res['sents_per_s']:7.1f} sentences/s", flush=True)  # fmt: skip
+    return runs, failed
+
+
+def cell_report(
+    args: argparse.Namespace, key: str, beam: int, batch: int, runs: dict, failed: str | None
+) -> dict[str, Any]:
+    """One beam x batch's figures, printed: the speeds, and how many best hypotheses agree."""
+    if failed or not runs["fairseq"]:
+        c = statistics.median(x["sents_per_s"] for x in runs["convseq"])
+        print(f"\n{key}: convseq {c:.1f} sentences/s; fairseq: {failed}")
+        return {"convseq_median": c, "fairseq_error": failed}
+    out = report(f"generation beam {beam} batch {batch}: sentences/s", runs, "sents_per_s", args)
+    same = sum(a == b for a, b in zip(runs["convseq"][0]["hyps"], runs["fairseq"][0]["hyps"]))
+    out["identical_best"] = f"{same}/{len(runs['convseq'][0]['hyps'])}"
+    print(f"  identical best hypotheses: {out['identical_best']}")
+    return out
+
+
 def generate_main(args: argparse.Namespace, argv: list[str]) -> None:
     info = machine_of_run(args.threads)
     if args.dry_run:
@@ -106,42 +148,9 @@ def generate_main(args: argparse.Namespace, argv: list[str]) -> None:
     results: dict[str, Any] = {"machine": info}  # and one entry per beam x batch
     for beam in args.beams:
         for batch in args.batches:
-            runs: dict[str, list[dict]] = {"convseq": [], "fairseq": []}
-            failed = None
-            for r in range(args.repeats):
-                order = ("convseq", "fairseq") if r % 2 == 0 else ("fairseq", "convseq")
-                for side in order:
-                    if side == "fairseq" and failed:
-                        continue
-                    if side == "convseq":
-                        res = in_child(
-                            "convseq", args, [*argv, "--beam", str(beam), "--batch", str(batch)]
-                        )
-                    else:
-                        res = fairseq_side(export, beam, batch, args.threads)
-                    if "error" in res:
-                        failed = res["error"]
-                        print(f"beam {beam} batch {batch}: fairseq failed: {failed}", flush=True)
-                        continue
-                    res["sents_per_s"] = res["sentences"] / res["seconds"]
-                    runs[side].append(res)
-                    print(f"beam {beam} batch {batch} repeat {r + 1} {side:8s} "
-                          f"{res['sents_per_s']:7.1f} sentences/s", flush=True)  # fmt: skip
+            runs, failed = cell_runs(args, argv, export, beam, batch)
             key = f"beam{beam}_batch{batch}"
-            if failed or not runs["fairseq"]:
-                c = statistics.median(x["sents_per_s"] for x in runs["convseq"])
-                results[key] = {"convseq_median": c, "fairseq_error": failed}
-                print(f"\n{key}: convseq {c:.1f} sentences/s; fairseq: {failed}")
-                continue
-            out = report(
-                f"generation beam {beam} batch {batch}: sentences/s", runs, "sents_per_s", args
-            )
-            same = sum(
-                a == b for a, b in zip(runs["convseq"][0]["hyps"], runs["fairseq"][0]["hyps"])
-            )
-            out["identical_best"] = f"{same}/{len(runs['convseq'][0]['hyps'])}"
-            print(f"  identical best hypotheses: {out['identical_best']}")
-            results[key] = out
+            results[key] = cell_report(args, key, beam, batch, runs, failed)
     tag = "-".join(f"b{b}" for b in args.beams) + "_" + "-".join(f"n{n}" for n in args.batches)
     out_file = WORK / f"generate-{args.precision}-{tag}.json"
     out_file.write_text(json.dumps(results, indent=2))
