@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from convseq.cli.schema import default_cache_dir
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.datamodule import TranslationDataModule
-from convseq.cli.schema import default_cache_dir
 from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,8 @@ def train_split(data: dict, tokens: dict, cache_dir: str):
     print(f"data-bin ready in {time.perf_counter() - t0:.1f} s: {dm.databin.path}")
     train = dm.dataset("train")
     src, tgt = train.src_sizes, train.tgt_sizes
-    print(f"train: {len(train)} pairs, mean length {src.mean():.1f} (src) / {tgt.mean():.1f} (tgt) tokens")
+    n = len(train)
+    print(f"train: {n} pairs, mean length {src.mean():.1f} (src) / {tgt.mean():.1f} (tgt) tokens")
     return train
 
 

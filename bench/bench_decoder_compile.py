@@ -90,7 +90,7 @@ def compiled(model) -> IncrementalDecoderModel:
     return search_model
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ckpt", help="a trained convseq checkpoint")
     p.add_argument("--src-file", default=str(ROOT.parent / "shared/data/multi30k/test.de"))
@@ -104,35 +104,35 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if not args.random and not args.ckpt:
         p.error("give --ckpt (a trained model) or --random")
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    info = machine()
-    print(machine_line(info), flush=True)
+    return args
+
+
+def model_and_sources(args: argparse.Namespace) -> tuple:
+    """(model, source sentences as token ids): random weights and sentences, or a checkpoint's."""
     if args.random:
         model = random_model("fconv_iwslt_de_en", 4000, 0.3, "cpu")
         sources = random_sources(args.sentences, (6, 30), 4000, seed=1)
     else:
         model, translator = trained_model(args.ckpt, "cpu")
         sources = file_sources(args.src_file, translator, args.sentences)
-    batches = make_batches(sources, args.batch, "cpu")
-    result: dict = {"sentences": len(sources), "beam": args.beam, "batch": args.batch}
-    result["machine"] = info
+    return model, sources
 
+
+def first_step_share(model, batches, args: argparse.Namespace) -> float:
+    """The median share of a search's time that its step 0 decoder call takes, printed."""
     shares = []
     for _ in range(args.repeats):
         timer = FirstStepTimer()
         seconds, _ = translate(model, batches, args.beam, timer)
         shares.append(timer.first_step / seconds)
-    result["step0_share"] = statistics.median(shares)
-    print(f"step 0's decoder call: {100 * result['step0_share']:.1f}% of a search "
+    share = statistics.median(shares)
+    print(f"step 0's decoder call: {100 * share:.1f}% of a search "
           f"(median of {args.repeats})", flush=True)  # fmt: skip
-    if args.skip_compile:
-        return result
+    return share
 
-    fast = compiled(model)
-    compile_seconds = translate(fast, batches, args.beam)[0]  # compiles as it goes
-    result["first_compiled_pass_s"] = compile_seconds
-    print(f"first compiled pass (compiling): {compile_seconds:.1f} s", flush=True)
+
+def eager_vs_compiled(model, fast, batches, n: int, args: argparse.Namespace) -> dict:
+    """Alternating timed passes of the eager and compiled models: figures and identical hypotheses."""
     times: dict[str, list[float]] = {"eager": [], "compiled": []}
     # each arm's best hypotheses, from its last timed pass (every pass gives the same)
     hyps_of: dict[str, list[list[int]]] = {}
@@ -141,18 +141,39 @@ def main(argv: list[str] | None = None) -> dict:
         for arm in order:
             seconds, hyps_of[arm] = translate(model if arm == "eager" else fast, batches, args.beam)
             times[arm].append(seconds)
-            print(f"repeat {r + 1} {arm:8s} {len(sources) / seconds:7.1f} sentences/s", flush=True)
+            print(f"repeat {r + 1} {arm:8s} {n / seconds:7.1f} sentences/s", flush=True)
     eager_s, fast_s = (statistics.median(times[a]) for a in ("eager", "compiled"))
     same = sum(a == b for a, b in zip(hyps_of["eager"], hyps_of["compiled"], strict=True))
-    result.update(
-        eager_sents_per_s=len(sources) / eager_s,
-        compiled_sents_per_s=len(sources) / fast_s,
-        ratio=eager_s / fast_s,
-        identical=same,
-    )
+    return {
+        "eager_sents_per_s": n / eager_s,
+        "compiled_sents_per_s": n / fast_s,
+        "ratio": eager_s / fast_s,
+        "identical": same,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    info = machine()
+    print(machine_line(info), flush=True)
+    model, sources = model_and_sources(args)
+    batches = make_batches(sources, args.batch, "cpu")
+    result: dict = {"sentences": len(sources), "beam": args.beam, "batch": args.batch}
+    result["machine"] = info
+    result["step0_share"] = first_step_share(model, batches, args)
+    if args.skip_compile:
+        return result
+
+    fast = compiled(model)
+    compile_seconds = translate(fast, batches, args.beam)[0]  # compiles as it goes
+    result["first_compiled_pass_s"] = compile_seconds
+    print(f"first compiled pass (compiling): {compile_seconds:.1f} s", flush=True)
+    result.update(eager_vs_compiled(model, fast, batches, len(sources), args))
     print(f"eager {result['eager_sents_per_s']:.1f} sentences/s, compiled "
           f"{result['compiled_sents_per_s']:.1f}: {result['ratio']:.2f}x; best hypotheses "
-          f"identical {same}/{len(sources)}")  # fmt: skip
+          f"identical {result['identical']}/{len(sources)}")  # fmt: skip
     return result
 
 

@@ -176,10 +176,9 @@ SEARCH_ALL = ("candidates", "selection", "finalisation")  # with the topk both s
 NON_DECODER = ("candidates", "selection", "finalisation", "reorder")  # all of the search's own work
 
 
-def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
-    common = dict(
-        beam=args.beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b, nbest=1
-    )  # fmt: skip
+def arms_of(model, baseline: dict[str, Callable]) -> dict[str, tuple]:
+    """Each arm's (search, model, extra search arguments): the tensorized search, the reference,
+    the tensorized search without one of its levers each, and the baseline commit's searches."""
     arms = {
         "tensorized": (beam_search, model, {}),
         "reference": (reference_beam_search, model, {}),
@@ -190,6 +189,14 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         "no cache skip": (beam_search, CopyingCache(model), {}),
     }
     arms.update({name: (search, CopyingCache(model), {}) for name, search in baseline.items()})
+    return arms
+
+
+def run_arms(args, arms: dict[str, tuple], sync) -> dict[str, list[dict]]:
+    """Every arm over the same batches, `args.repeats` times in rotating order, after a warm-up."""
+    common = dict(
+        beam=args.beam, max_len_a=args.max_len_a, max_len_b=args.max_len_b, nbest=1
+    )  # fmt: skip
     batches = make_batches(args.sources(args.sentences), args.batch, args.device)
     names = list(arms)
     for name in names:  # warm-up: allocator, thread pool, first-call overheads
@@ -201,46 +208,57 @@ def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
         for name in order:
             search, m, extra = arms[name]
             results[name].append(run(search, m, batches, sync, **common, **extra))
+    return results
 
+
+def print_clock(args, results: dict[str, list[dict]], clock: str, baseline: bool) -> None:
+    """One clock's table of the arms, the reference's ratios and the share of each phase."""
+    names = list(results)
+    base = results["tensorized"]
+    width = max(len(n) for n in names) + 2
+    print(f"\n{clock} clock, seconds per run (ratio = arm / tensorized, whole run)")
+    cols = ["total", "ratio", *PHASES, "search"]
+    print(f"{'arm':<{width}}" + "".join(f"{c[:12]:>13}" for c in cols))
+    for name in names:
+        rs = results[name]
+        total = med(rs, clock)
+        cells = [total, total / med(base, clock)]
+        cells += [med(rs, f"phases_{clock}", p) for p in PHASES]
+        cells.append(summed(rs, clock, SEARCH))
+        print(f"{name:<{width}}" + "".join(f"{c:13.3f}" for c in cells))
+    pairs = [("tensorized", "reference")]
+    pairs += [(f"tensorized@{args.baseline}", f"reference@{args.baseline}")] if baseline else []
+    for fast, slow in pairs:
+        f, r = results[fast], results[slow]
+        print(
+            f"{slow} / {fast}: search phase (selection + finalisation) "
+            f"{summed(r, clock, SEARCH) / summed(f, clock, SEARCH):.1f}x; with the "
+            f"candidate topk {summed(r, clock, SEARCH_ALL) / summed(f, clock, SEARCH_ALL):.1f}x; "
+            f"all but the encoder and decoder "
+            f"{summed(r, clock, NON_DECODER) / summed(f, clock, NON_DECODER):.2f}x; "
+            f"whole run {med(r, clock) / med(f, clock):.2f}x"
+        )
+    for name in [n for n in names if n.startswith(("tensorized", "reference"))]:
+        rs = results[name]
+        shares = {p: med(rs, f"phases_{clock}", p) / med(rs, clock) for p in PHASES}
+        print(
+            f"{name} run by phase: "
+            + ", ".join(f"{p} {100 * v:.1f}%" for p, v in shares.items())
+            + f", outside the phases {100 * (1 - sum(shares.values())):.1f}%"
+        )
+
+
+def arms_table(args, model, sync, baseline: dict[str, Callable]) -> None:
+    results = run_arms(args, arms_of(model, baseline), sync)
     base = results["tensorized"]
     n_out = base[0]["tokens"] / base[0]["sentences"]
-    width = max(len(n) for n in names) + 2
     print(
         f"\n## Arms: beam {args.beam}, batch {args.batch}, {args.sentences} sentences, "
         f"mean output {n_out:.1f} tokens (EOS included), median of {args.repeats}"
     )
     for clock in ("wall", "cpu"):
-        print(f"\n{clock} clock, seconds per run (ratio = arm / tensorized, whole run)")
-        cols = ["total", "ratio", *PHASES, "search"]
-        print(f"{'arm':<{width}}" + "".join(f"{c[:12]:>13}" for c in cols))
-        for name in names:
-            rs = results[name]
-            total = med(rs, clock)
-            cells = [total, total / med(base, clock)]
-            cells += [med(rs, f"phases_{clock}", p) for p in PHASES]
-            cells.append(summed(rs, clock, SEARCH))
-            print(f"{name:<{width}}" + "".join(f"{c:13.3f}" for c in cells))
-        pairs = [("tensorized", "reference")]
-        pairs += [(f"tensorized@{args.baseline}", f"reference@{args.baseline}")] if baseline else []
-        for fast, slow in pairs:
-            f, r = results[fast], results[slow]
-            print(
-                f"{slow} / {fast}: search phase (selection + finalisation) "
-                f"{summed(r, clock, SEARCH) / summed(f, clock, SEARCH):.1f}x; with the "
-                f"candidate topk {summed(r, clock, SEARCH_ALL) / summed(f, clock, SEARCH_ALL):.1f}x; "
-                f"all but the encoder and decoder "
-                f"{summed(r, clock, NON_DECODER) / summed(f, clock, NON_DECODER):.2f}x; "
-                f"whole run {med(r, clock) / med(f, clock):.2f}x"
-            )
-        for name in [n for n in names if n.startswith(("tensorized", "reference"))]:
-            rs = results[name]
-            shares = {p: med(rs, f"phases_{clock}", p) / med(rs, clock) for p in PHASES}
-            print(
-                f"{name} run by phase: "
-                + ", ".join(f"{p} {100 * v:.1f}%" for p, v in shares.items())
-                + f", outside the phases {100 * (1 - sum(shares.values())):.1f}%"
-            )
-    for name in names:
+        print_clock(args, results, clock, bool(baseline))
+    for name in results:
         same = sum(a == b for a, b in zip(results[name][0]["best"], base[0]["best"]))
         print(
             f"best outputs equal to the tensorized search's: {name}: {same}/{len(base[0]['best'])}"

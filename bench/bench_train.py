@@ -257,7 +257,7 @@ def cache_dir(given: str | None) -> str:
     return given or os.environ.get("CONVSEQ_CACHE") or default_cache_dir()
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="fconv_iwslt_de_en")
     ap.add_argument("--max-tokens", type=int, default=4000)
@@ -271,16 +271,11 @@ def main() -> int:
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.cache_dir = cache_dir(args.cache_dir)
-    if args.child:
-        child(args)
-        return 0
-    if not (DATA_ROOT / "multi30k" / "train.de").is_file():
-        print(f"skipped: Multi30k not found at {DATA_ROOT / 'multi30k'}")
-        return 0
-    torch.set_num_threads(args.threads)
-    info = machine()
-    print(machine_line(info))
+    return args
 
+
+def prepare(args: argparse.Namespace) -> float:
+    """Build the data-bin once (outside the children's timing); the timed window's FLOPs."""
     with tempfile.TemporaryDirectory(prefix="convseq-bench-") as tmp:
         cfg = compose_cfg(args, tmp)
         from convseq.data.preprocess import prepare_databin
@@ -288,26 +283,27 @@ def main() -> int:
         t0 = time.perf_counter()
         databin = prepare_databin(cfg["data"], args.cache_dir, progress=False)
         print(f"data-bin: {databin} ({time.perf_counter() - t0:.1f} s)")
-        flops = count_flops(cfg, args.warmup, args.updates)
-    peak_before = matmul_peak(args.threads)
-    print(
-        f"model {args.model}, max_tokens {args.max_tokens}, {args.warmup} warm-up + "
-        f"{args.updates} timed updates, {args.repeats} repeats, {args.threads} threads"
-    )
-    print(f"forward+backward: {flops / 1e9 / args.updates:.1f} GFLOP per update")
+        return count_flops(cfg, args.warmup, args.updates)
 
+
+def run_child(variant: str, result: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One loop in a fresh process; its figures."""
+    cmd = [sys.executable, __file__, "--child", variant, "--result", str(result)]
+    cmd += ["--model", args.model, "--max-tokens", str(args.max_tokens)]
+    cmd += ["--warmup", str(args.warmup), "--updates", str(args.updates)]
+    cmd += ["--threads", str(args.threads), "--cache-dir", args.cache_dir]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return json.loads(result.read_text())
+
+
+def run_repeats(args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Each loop `args.repeats` times, alternating which goes first; every run printed."""
     runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="convseq-bench-") as tmp:
         for r in range(args.repeats):
             order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
             for variant in order:
-                result = Path(tmp) / f"{variant}{r}.json"
-                cmd = [sys.executable, __file__, "--child", variant, "--result", str(result)]
-                cmd += ["--model", args.model, "--max-tokens", str(args.max_tokens)]
-                cmd += ["--warmup", str(args.warmup), "--updates", str(args.updates)]
-                cmd += ["--threads", str(args.threads), "--cache-dir", args.cache_dir]
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                res = json.loads(result.read_text())
+                res = run_child(variant, Path(tmp) / f"{variant}{r}.json", args)
                 runs[variant].append(res)
                 print(
                     f"  repeat {r + 1} {variant:9s}: {res['tokens'] / res['seconds']:8.0f} wps, "
@@ -316,14 +312,14 @@ def main() -> int:
                     f"RSS {res['max_rss_mib']:.0f} MiB",
                     flush=True,
                 )
-    peak = max(peak_before, matmul_peak(args.threads))
-    print(f"fp32 matmul peak (2048^3, {args.threads} threads): {peak:.1f} GFLOP/s")
-    tokens = {v: {r["tokens"] for r in runs[v]} for v in VARIANTS}
-    if len(tokens["bare"] | tokens["lightning"]) != 1:
-        print(f"WARNING: the loops saw different batches (target tokens {tokens})")
+    return runs
 
-    figures: dict[str, Any] = {"machine": info, "peak_gflops": peak}
-    figures["gflop_per_update"] = flops / 1e9 / args.updates
+
+def loop_figures(
+    runs: dict[str, list[dict]], flops: float, peak: float, updates: int
+) -> dict[str, dict]:
+    """Each loop's medians (speed, FLOP rate, memory), printed as a table."""
+    figures: dict[str, dict] = {}
     head = (
         f"{'loop':10s} {'wps':>7s} {'s/update':>9s} {'CPU s/upd':>10s} {'GFLOP/s':>8s} "
         f"{'of peak':>8s} {'GFLOP/CPU s':>12s} {'of peak':>8s} {'RSS MiB':>8s}"
@@ -334,8 +330,8 @@ def main() -> int:
         cpu = statistics.median(r["cpu_seconds"] for r in runs[v])
         figures[v] = {
             "wps": statistics.median(r["tokens"] / r["seconds"] for r in runs[v]),
-            "seconds_per_update": sec / args.updates,
-            "cpu_seconds_per_update": cpu / args.updates,
+            "seconds_per_update": sec / updates,
+            "cpu_seconds_per_update": cpu / updates,
             "gflops": flops / sec / 1e9,
             "gflops_cpu": flops / cpu / 1e9,
             "rss_mib": statistics.median(r["max_rss_mib"] for r in runs[v]),
@@ -346,6 +342,13 @@ def main() -> int:
             f"{f['gflops']:8.1f} {f['gflops'] / peak:8.1%} {f['gflops_cpu']:12.1f} "
             f"{f['gflops_cpu'] / peak:8.1%} {f['rss_mib']:8.0f}"
         )
+    return figures
+
+
+def lightning_overhead(
+    runs: dict[str, list[dict]], figures: dict[str, Any], updates: int
+) -> dict[str, float]:
+    """The Lightning loop's overhead over the bare loop, printed."""
     # Overhead from wall time and from process CPU time (which other processes' load moves
     # less: with --threads 1 it is close to the work done), each as the ratio of the medians and
     # as the median of per-repeat ratios (the two loops ran back to back, so slow drifts in the
@@ -362,21 +365,53 @@ def main() -> int:
         lt["cpu_seconds"] / b["cpu_seconds"] - 1 for b, lt in zip(runs["bare"], runs["lightning"])
     )
     extra_ms = statistics.median(
-        (lt["cpu_seconds"] - b["cpu_seconds"]) / args.updates * 1e3
+        (lt["cpu_seconds"] - b["cpu_seconds"]) / updates * 1e3
         for b, lt in zip(runs["bare"], runs["lightning"])
     )
-    figures["lightning_overhead"] = {
+    print(
+        f"Lightning loop overhead (goal <= 5%): wall time {wall:+.1%} (medians), {paired:+.1%} "
+        f"(median of paired repeats); CPU time {cpu:+.1%} (medians), {paired_cpu:+.1%} "
+        f"(paired), {extra_ms:+.1f} ms per update (paired)"
+    )
+    return {
         "wall": wall,
         "paired_wall": paired,
         "cpu": cpu,
         "paired_cpu": paired_cpu,
         "cpu_ms_per_update": extra_ms,
     }
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child:
+        child(args)
+        return 0
+    if not (DATA_ROOT / "multi30k" / "train.de").is_file():
+        print(f"skipped: Multi30k not found at {DATA_ROOT / 'multi30k'}")
+        return 0
+    torch.set_num_threads(args.threads)
+    info = machine()
+    print(machine_line(info))
+    flops = prepare(args)
+    peak_before = matmul_peak(args.threads)
     print(
-        f"Lightning loop overhead (goal <= 5%): wall time {wall:+.1%} (medians), {paired:+.1%} "
-        f"(median of paired repeats); CPU time {cpu:+.1%} (medians), {paired_cpu:+.1%} "
-        f"(paired), {extra_ms:+.1f} ms per update (paired)"
+        f"model {args.model}, max_tokens {args.max_tokens}, {args.warmup} warm-up + "
+        f"{args.updates} timed updates, {args.repeats} repeats, {args.threads} threads"
     )
+    print(f"forward+backward: {flops / 1e9 / args.updates:.1f} GFLOP per update")
+
+    runs = run_repeats(args)
+    peak = max(peak_before, matmul_peak(args.threads))
+    print(f"fp32 matmul peak (2048^3, {args.threads} threads): {peak:.1f} GFLOP/s")
+    tokens = {v: {r["tokens"] for r in runs[v]} for v in VARIANTS}
+    if len(tokens["bare"] | tokens["lightning"]) != 1:
+        print(f"WARNING: the loops saw different batches (target tokens {tokens})")
+
+    figures: dict[str, Any] = {"machine": info, "peak_gflops": peak}
+    figures["gflop_per_update"] = flops / 1e9 / args.updates
+    figures.update(loop_figures(runs, flops, peak, args.updates))
+    figures["lightning_overhead"] = lightning_overhead(runs, figures, args.updates)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -19,7 +19,7 @@ import sys
 import time
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ckpt", required=True)
     parser.add_argument("--batches", required=True)
@@ -35,13 +35,14 @@ def main() -> None:
         default="auto",
         help="call model.prepare_for_inference_ (auto: when beam > 1)",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import torch
+
+def load_generator(args: argparse.Namespace):
+    """(models, SequenceGenerator) of the checkpoint, as fairseq-generate sets them up."""
     from fairseq import checkpoint_utils
     from fairseq.sequence_generator import SequenceGenerator
 
-    torch.set_num_threads(args.threads)
     data_dir = os.path.dirname(os.path.abspath(args.ckpt))
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [args.ckpt], arg_overrides={"data": data_dir}
@@ -61,7 +62,14 @@ def main() -> None:
         len_penalty=1.0,
         unk_penalty=0.0,
     )
-    batches = torch.load(args.batches, weights_only=True)
+    return models, generator
+
+
+def translate(models, generator, batches) -> dict:
+    """The batches through the generator, timed: seconds, CPU seconds, sentences, output tokens
+    and each sentence's best hypothesis."""
+    import torch
+
     hyps: list[list[int]] = []
     out_tokens = 0
     t0, c0 = time.perf_counter(), time.process_time()
@@ -76,17 +84,24 @@ def main() -> None:
                 hyps.append(best)
                 out_tokens += len(best)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(
-        json.dumps(
-            {
-                "seconds": seconds,
-                "cpu_seconds": cpu,
-                "sentences": len(hyps),
-                "tokens": out_tokens,
-                "hyps": hyps,
-            }
-        )
-    )
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "sentences": len(hyps),
+        "tokens": out_tokens,
+        "hyps": hyps,
+    }
+
+
+def main() -> None:
+    args = parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    models, generator = load_generator(args)
+    batches = torch.load(args.batches, weights_only=True)
+    print(json.dumps(translate(models, generator, batches)))
 
 
 if __name__ == "__main__":

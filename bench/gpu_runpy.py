@@ -111,6 +111,30 @@ def resume_check(report: Report, plan: Plan, base: list[str], out: Path) -> None
         target=lambda: straight.update(run_py([*overrides, "trainer.progress=none"], ref_dir))
     )
     reference.start()
+    failed = _interrupt_and_resume(report, overrides, run_dir, n, k)
+    reference.join()
+    if failed is not None:
+        return _fail(report, name, *failed)
+    if straight["rc"] != 0:
+        return _fail(report, name, f"the uninterrupted run: exit {straight['rc']}", straight)
+    figures = report.figures["resume"]
+    resumed, plain = _last_loss(run_dir), _last_loss(ref_dir)
+    rel = abs(resumed - plain) / abs(plain)
+    tol = TOLERANCES[FP32][1]
+    figures.update({"loss": resumed, "uninterrupted_loss": plain, "rel": rel, "tol": tol})
+    report.row(
+        name,
+        f"exit {EX_TEMPFAIL} at update {figures['stopped_at']}/{n}, resumed to {n}; "
+        f"loss@{n} vs uninterrupted {rel:.1e} (tol {tol:.0e})",
+        rel <= tol,
+    )
+
+
+def _interrupt_and_resume(
+    report: Report, overrides: list[str], run_dir: Path, n: int, k: int
+) -> tuple[str, dict[str, Any]] | None:
+    """The run stopped by SIGTERM after update `k`, then `resume=true` to update `n`; their
+    figures in report.figures["resume"]. None when both behaved, else (what failed, the run)."""
     first = run_py([*overrides, "trainer.progress=json"], run_dir, sigterm_after=k)
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     figures: dict[str, Any] = {"updates": n, "sigterm_after": first["signalled_at"]}
@@ -121,8 +145,7 @@ def resume_check(report: Report, plan: Plan, base: list[str], out: Path) -> None
             f"after SIGTERM at update {first['signalled_at']}: exit {first['rc']} "
             f"(expected {EX_TEMPFAIL}), last.ckpt {'present' if ckpt.is_file() else 'missing'}"
         )
-        reference.join()
-        return _fail(report, name, what, first)
+        return what, first
     figures["stopped_at"] = _summary(run_dir).get("updates")
     second = run_py([*overrides, "trainer.progress=json", "resume=true"], run_dir)
     summary = _summary(run_dir)
@@ -136,21 +159,8 @@ def resume_check(report: Report, plan: Plan, base: list[str], out: Path) -> None
             f"resume=true: exit {second['rc']}, {summary.get('updates')} of {n} updates, "
             f"first update {second['first_update']} after {figures['stopped_at']}"
         )
-        reference.join()
-        return _fail(report, name, what, second)
-    reference.join()
-    if straight["rc"] != 0:
-        return _fail(report, name, f"the uninterrupted run: exit {straight['rc']}", straight)
-    resumed, plain = _last_loss(run_dir), _last_loss(ref_dir)
-    rel = abs(resumed - plain) / abs(plain)
-    tol = TOLERANCES[FP32][1]
-    figures.update({"loss": resumed, "uninterrupted_loss": plain, "rel": rel, "tol": tol})
-    report.row(
-        name,
-        f"exit {EX_TEMPFAIL} at update {figures['stopped_at']}/{n}, resumed to {n}; "
-        f"loss@{n} vs uninterrupted {rel:.1e} (tol {tol:.0e})",
-        rel <= tol,
-    )
+        return what, second
+    return None
 
 
 # -- DDP over every visible GPU ---------------------------------------------------------------

@@ -120,10 +120,10 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.data.preprocess import prepare_databin
-    from convseq.data.toy.corpus import write_toy_corpus
     from convseq.cli.dispatch import to_plain
     from convseq.cli.schema import register_configs
+    from convseq.data.preprocess import prepare_databin
+    from convseq.data.toy.corpus import write_toy_corpus
     from convseq.tasks.train import train
 
     cache, out = tmp / "cache", tmp / "run"
@@ -219,7 +219,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="how long to keep translating")
     parser.add_argument("--max-passes", type=int, default=0, help="stop after N passes (0: none)")
@@ -240,46 +240,53 @@ def main() -> None:
     args = parser.parse_args()
     if args.ckpt is not None and args.databin is None:
         parser.error("--ckpt needs --databin (the data-bin holding the split to translate)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    return args
 
+
+def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, int]:
+    """(translator, GenerationModule over the split's batches, sentences in the split), as
+    `task=generate` builds them; a toy model is trained first without --ckpt."""
     from convseq.data.databin import DataBin
-    from convseq.inference.generation import (
-        GenerationModule,
-        load_translator,
-        predict_trainer,
-        split_batches,
+    from convseq.inference.generation import GenerationModule, load_translator, split_batches
+
+    ckpt, databin_dir = args.ckpt, args.databin
+    if ckpt is None:
+        ckpt, databin_dir = train_toy(args, tmp)
+    databin = DataBin(databin_dir)
+    gen = {"beam": args.beam, "max_len_b": args.max_len_b, "max_tokens": args.max_tokens}
+    translator = load_translator({"ckpt": str(ckpt), "gen": gen}, databin)
+    module = GenerationModule(
+        translator, translator.options, split_batches(translator, databin, args.split, gen)
     )
+    return translator, module, len(databin.text(args.split, "src"))
 
-    warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
-    with tempfile.TemporaryDirectory(prefix="convseq-soakgen-") as tmp:
-        ckpt, databin_dir = args.ckpt, args.databin
-        if ckpt is None:
-            ckpt, databin_dir = train_toy(args, Path(tmp))
-        databin = DataBin(databin_dir)
-        gen = {"beam": args.beam, "max_len_b": args.max_len_b, "max_tokens": args.max_tokens}
-        translator = load_translator({"ckpt": str(ckpt), "gen": gen}, databin)
-        module = GenerationModule(
-            translator, translator.options, split_batches(translator, databin, args.split, gen)
-        )
-        sentences = len(databin.text(args.split, "src"))
-        trainer = predict_trainer({"accelerator": "cpu"})
-        gc.collect()
-        start_rss = rss_mib()  # model and data loaded, nothing translated yet
-        t0 = time.perf_counter()
-        recorder = BatchRecorder(t0)
-        trainer.callbacks.append(recorder)
-        deadline = t0 + args.minutes * 60
-        while time.perf_counter() < deadline:
-            trainer.predict(module, return_predictions=False)  # records gathered in input order
-            assert len(module.records) == sentences, "a sentence went missing"
-            if args.max_passes and len(recorder.passes) >= args.max_passes:
-                break
-        wall = time.perf_counter() - t0
 
+def soak(module, sentences: int, args: argparse.Namespace) -> tuple[BatchRecorder, float, float]:
+    """Pass after pass over the split until the deadline: (the recorder, RSS at start, wall s)."""
+    from convseq.inference.generation import predict_trainer
+
+    trainer = predict_trainer({"accelerator": "cpu"})
+    gc.collect()
+    start_rss = rss_mib()  # model and data loaded, nothing translated yet
+    t0 = time.perf_counter()
+    recorder = BatchRecorder(t0)
+    trainer.callbacks.append(recorder)
+    deadline = t0 + args.minutes * 60
+    while time.perf_counter() < deadline:
+        trainer.predict(module, return_predictions=False)  # records gathered in input order
+        assert len(module.records) == sentences, "a sentence went missing"
+        if args.max_passes and len(recorder.passes) >= args.max_passes:
+            break
+    return recorder, start_rss, time.perf_counter() - t0
+
+
+def summary(
+    args: argparse.Namespace, translator, recorder: BatchRecorder, start_rss: float, wall: float
+) -> dict[str, Any]:
+    """Every figure of the run, as soak_generate.json holds them."""
     batches, passes = recorder.batches, recorder.passes
     first_pass_rss = next(b["rss_mib"] for b in reversed(batches) if b["pass"] == 1)
-    result = {
+    return {
         "machine": machine(),
         "model": str(args.ckpt) if args.ckpt else ("toy, tiny model" if args.tiny else "fconv_toy"),
         "parameters": sum(p.numel() for p in translator.models[0].parameters()),
@@ -302,15 +309,19 @@ def main() -> None:
         "torch": torch.__version__,
         "python": sys.version.split()[0],
     }
+
+
+def print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
     a = result["analysis"]
     print(f"soak: {machine_line(result['machine'])}")
     print(
-        f"soak: {a['passes']} passes, {a['batches']} batches in {wall / 60:.1f} min "
-        f"({result['model']}, {result['sentences_per_pass']} sentences a pass, beam {args.beam}, "
-        f"{result['threads']} threads, load {result['load_average']})"
+        f"soak: {a['passes']} passes, {a['batches']} batches in {result['wall_seconds'] / 60:.1f} "
+        f"min ({result['model']}, {result['sentences_per_pass']} sentences a pass, beam "
+        f"{args.beam}, {result['threads']} threads, load {result['load_average']})"
     )
     print(
-        f"soak: RSS start {start_rss:.1f} MiB, after pass 1 {first_pass_rss:.1f} MiB, "
+        f"soak: RSS start {result['rss_start_mib']:.1f} MiB, after pass 1 "
+        f"{result['rss_after_first_pass_mib']:.1f} MiB, "
         f"max {result['rss_max_mib']:.1f} MiB (peak {result['peak_mib']:.1f} MiB)"
     )
     print(
@@ -325,6 +336,18 @@ def main() -> None:
         f"objects {a['objects_first_pass']} -> {a['objects_last_pass']}"
     )
     print(f"soak: RSS growth beyond noise: {'YES' if a['rss_growth_beyond_noise'] else 'no'}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
+    with tempfile.TemporaryDirectory(prefix="convseq-soakgen-") as tmp:
+        translator, module, sentences = generation(args, Path(tmp))
+        recorder, start_rss, wall = soak(module, sentences, args)
+    result = summary(args, translator, recorder, start_rss, wall)
+    print_report(result, args)
     args.out.mkdir(parents=True, exist_ok=True)
     plot(result, args.out / "rss_per_batch.png")
     (args.out / "soak_generate.json").write_text(json.dumps(result, indent=2) + "\n")

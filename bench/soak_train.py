@@ -151,7 +151,7 @@ def analyse(rows: list[dict[str, float]], warmup: int) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2, help="epochs left out of the analysis")
@@ -160,10 +160,11 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="the test suite's tiny model")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    return parser.parse_args()
 
+
+def soak(args: argparse.Namespace) -> tuple[dict[str, Any], MemoryRecorder, float, float]:
+    """The training run, recorded: (its config, the recorder, wall seconds, RSS after the test)."""
     from convseq.data.toy.corpus import write_toy_corpus
     from convseq.tasks.train import train
 
@@ -176,7 +177,37 @@ def main() -> None:
         train(cfg, callbacks=[recorder])
         wall = time.perf_counter() - t0
         final_rss = psutil.Process().memory_info().rss / 2**20
+    return cfg, recorder, wall, final_rss
 
+
+def print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
+    rows = result["epochs"]
+    a = result["analysis"]
+    rss, objs = a["rss_mb"], a["objects"]
+    print(f"soak: {machine_line(result['machine'])}")
+    print(
+        f"soak: {len(rows)} epochs in {result['wall_seconds']:.0f} s ({result['model']}, "
+        f"{args.train_pairs} pairs, {result['threads']} threads, load {result['load_average']})"
+    )
+    print(
+        f"soak: RSS over epochs {a['measured_epochs'][0]}-{a['measured_epochs'][-1]}: "
+        f"{rss['first']:.1f} -> {rss['last']:.1f} MB (growth {rss['growth']:+.1f} MB, "
+        f"slope {rss['slope_per_epoch']:+.2f} MB/epoch, trend {rss['trend']:+.1f} MB, "
+        f"noise {rss['noise']:.2f} MB, "
+        f"range {rss['min']:.1f}-{rss['max']:.1f}); peak {rows[-1]['peak_mb']:.1f} MB"
+    )
+    print(
+        f"soak: tracked objects {objs['first']:.0f} -> {objs['last']:.0f} "
+        f"(growth {objs['growth']:+.0f}, slope {objs['slope_per_epoch']:+.1f}/epoch)"
+    )
+    print(f"soak: RSS growth beyond noise: {'YES' if a['rss_growth_beyond_noise'] else 'no'}")
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg, recorder, wall, final_rss = soak(args)
     result = {
         "machine": machine(),
         "model": "tiny" if args.tiny else cfg["model"]["arch"],
@@ -193,25 +224,7 @@ def main() -> None:
         "torch": torch.__version__,
         "python": sys.version.split()[0],
     }
-    a = result["analysis"]
-    rss, objs = a["rss_mb"], a["objects"]
-    print(f"soak: {machine_line(result['machine'])}")
-    print(
-        f"soak: {len(recorder.rows)} epochs in {wall:.0f} s ({result['model']}, "
-        f"{args.train_pairs} pairs, {result['threads']} threads, load {result['load_average']})"
-    )
-    print(
-        f"soak: RSS over epochs {a['measured_epochs'][0]}-{a['measured_epochs'][-1]}: "
-        f"{rss['first']:.1f} -> {rss['last']:.1f} MB (growth {rss['growth']:+.1f} MB, "
-        f"slope {rss['slope_per_epoch']:+.2f} MB/epoch, trend {rss['trend']:+.1f} MB, "
-        f"noise {rss['noise']:.2f} MB, "
-        f"range {rss['min']:.1f}-{rss['max']:.1f}); peak {recorder.rows[-1]['peak_mb']:.1f} MB"
-    )
-    print(
-        f"soak: tracked objects {objs['first']:.0f} -> {objs['last']:.0f} "
-        f"(growth {objs['growth']:+.0f}, slope {objs['slope_per_epoch']:+.1f}/epoch)"
-    )
-    print(f"soak: RSS growth beyond noise: {'YES' if a['rss_growth_beyond_noise'] else 'no'}")
+    print_report(result, args)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 
