@@ -1,13 +1,13 @@
-"""Copy the study's report into docs/study.md: the table, decomposition and plots, as written.
+"""Copy the study's report into its readings page: the table, decomposition and plots, as written.
 
 `python -m studies.batching_annealing.report` writes `outputs/study/study_report.md` and three
-PNGs. This script puts that report's body between the
-two marker lines of docs/study.md (its headings two levels down, under "### The report"; its own
-title and image lines left out, since docs/study.md shows the figures itself), turns the study
+PNGs. This script puts that report's body between the two marker lines of
+studies/batching_annealing/readings.md (its headings two levels down, under "### The report"; its
+own title and image lines left out, since the page shows the figures itself), turns the study
 folder's absolute path into the relative one, and copies the PNGs into docs/img/:
 
-    python -m studies.batching_annealing.docs              # outputs/study -> docs/study.md
-    python -m studies.batching_annealing.docs --study outputs/study --doc docs/study.md --img docs/img
+    python -m studies.batching_annealing.docs    # outputs/study -> readings.md beside this file
+    python -m studies.batching_annealing.docs --study outputs/study --doc PAGE.md --img docs/img
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def report_body(report: str, study_dir: Path, relative_to: Path) -> str:
     return text.replace(str(study_dir.resolve()), shown)
 
 
-def paste(doc: str, body: str, doc_name: str = "docs/study.md") -> str:
+def paste(doc: str, body: str, doc_name: str = "studies/batching_annealing/readings.md") -> str:
     """`doc` with everything between the marker lines replaced by `body`."""
     lines = doc.splitlines(keepends=True)
     try:
@@ -63,7 +63,7 @@ def main() -> None:
         prog="python -m studies.batching_annealing.docs", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--study", type=Path, default=ROOT / "outputs" / "study")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "study.md")
+    parser.add_argument("--doc", type=Path, default=Path(__file__).with_name("readings.md"))
     parser.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
     args = parser.parse_args()
     report = args.study / STUDY_FILES["markdown"]

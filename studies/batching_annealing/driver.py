@@ -1,4 +1,4 @@
-"""Run the arms of the batching x annealing x momentum study (docs/study.md) to their own stop.
+"""Run the arms of the batching x annealing x momentum study (readings.md) to their own stop.
 
 Every arm is one `python run.py experiment=multi30k_study ...` run in its own folder under
 `--root` (default `outputs/study/<arm>`). The script is safe to start again at any time: an arm
@@ -17,7 +17,7 @@ its driver dies) keeps two drivers off one arm.
 
 On CPU with a fixed seed and a fixed thread count an arm's epochs, losses and BLEU do not depend
 on the machine's load, so two queues of one thread each may share two cores; their seconds per
-epoch are measured apart, on a quiet machine (docs/study.md). Run it from the project folder
+epoch are measured apart, on a quiet machine (readings.md). Run it from the project folder
 (``python -m``: the package `studies` is found there).
 """
 

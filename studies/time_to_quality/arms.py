@@ -64,7 +64,7 @@ def width(dim: int) -> list[str]:
     ]
 
 
-# one lever at a time on the recipe (docs/multi30k.md, "One lever at a time"): name -> overrides
+# one lever at a time on the recipe (readings.md, "One lever at a time on the recipe"): name -> overrides
 LEVERS: dict[str, list[str]] = {
     "drop0.1": ["model.dropout=0.1"],  # the recipe's model is small: less dropout, faster fit?
     "ls0": ["criterion.label_smoothing=0.0"],
