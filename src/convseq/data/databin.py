@@ -19,18 +19,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from convseq.data.base_databin import BaseDataBin
 from convseq.data.dictionary import Dictionary
 from convseq.data.indexed import TokenArray
-from convseq.data.subword import Segmenter, text_processing
+from convseq.data.subword import Segmenter
 from convseq.errors import DataError
 
 FORMAT_VERSION = 1
 META_FILE = "meta.json"
 SPLITS = ("train", "valid", "test")
-TEXT_SPLITS = ("valid", "test")  # splits whose input text is kept for scoring (and data.test_sets)
 
 
 def split_prefix(split: str, src_lang: str, tgt_lang: str, lang: str | None = None) -> str:
@@ -39,8 +40,8 @@ def split_prefix(split: str, src_lang: str, tgt_lang: str, lang: str | None = No
     return base if lang is None else f"{base}.{lang}"
 
 
-class DataBin:
-    """A finished data-bin folder; everything is checked against `meta.json` as it is loaded.
+class DataBin(BaseDataBin):
+    """convseq's data-bin folder; everything is checked against `meta.json` as it is loaded.
 
     Args:
         path: the folder returned by `prepare_databin`.
@@ -83,17 +84,6 @@ class DataBin:
         self._segmenters: dict[str, Segmenter] = {}
 
     # -- dictionaries and segmentation ----------------------------------------------------------
-    def lang(self, side: str) -> str:
-        """The language code of `side` ("src" or "tgt")."""
-        if side not in ("src", "tgt"):
-            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
-        return self.src_lang if side == "src" else self.tgt_lang
-
-    def dictionary(self, side: str) -> Dictionary:
-        """The dictionary of `side` ("src" or "tgt")."""
-        self.lang(side)  # validates `side`
-        return self.src_dict if side == "src" else self.tgt_dict
-
     def _load_dict(self, side: str) -> Dictionary:
         path = self.path / f"dict.{self.lang(side)}.txt"
         d = Dictionary.load(path)
@@ -114,21 +104,10 @@ class DataBin:
             self._segmenters[lang] = Segmenter.load(self.path / model if model else None)
         return self._segmenters[lang]
 
-    def text_processing(self) -> dict:
-        """The checkpoints' segmentation entry of this data (`convseq.data.subword.text_processing`)."""
-        return text_processing(
-            self.src_lang, self.tgt_lang, self.segmenter("src"), self.segmenter("tgt")
-        )
-
     def encode(self, text: str, side: str = "src") -> np.ndarray:
         """Ids of raw text as preprocessing would binarise it: stripped, segmented, EOS appended."""
         tokens = self.segmenter(side).segment(text.strip())
         return self.dictionary(side).encode(tokens, append_eos=True)
-
-    def decode(self, ids, side: str = "tgt") -> str:
-        """Text of ids: specials (pad, EOS, BOS) dropped, subword segmentation undone."""
-        tokens = self.dictionary(side).string(ids, strip_special=True).split()
-        return self.segmenter(side).detokenize(tokens)
 
     # -- splits ---------------------------------------------------------------------------------
     @property
@@ -136,9 +115,18 @@ class DataBin:
         """The extra evaluation sets (`data.test_sets`), in the order the config named them."""
         return list(self.meta.get("settings", {}).get("test_sets", []))
 
-    def scored_splits(self) -> list[str]:
-        """The splits whose reference text is kept: valid, test and the extra test sets."""
-        return [*TEXT_SPLITS, *self.test_sets]
+    @property
+    def keeps_text(self) -> bool:
+        """True: the stripped input text of valid, test and the extra test sets is kept."""
+        return True
+
+    def has_split(self, name: str) -> bool:
+        """Whether `meta.json` lists split `name`."""
+        return name in self.meta["splits"]
+
+    def sizes(self) -> dict[str, Any]:
+        """`meta.json`: languages, and per split its sentences, tokens, unk rates and skips."""
+        return dict(self.meta)
 
     def split(self, name: str) -> tuple[TokenArray, TokenArray]:
         """The (source, target) token arrays of split `name` (train, valid or test)."""
@@ -221,11 +209,5 @@ class DataBin:
         return splits[name]
 
     def __getstate__(self) -> dict:
-        # Memory maps and C++ models are reopened lazily in the receiving process.
-        state = dict(self.__dict__)
-        state["_splits"] = {}
-        state["_segmenters"] = {}
-        return state
-
-    def __repr__(self) -> str:
-        return f"DataBin({str(self.path)!r}, {self.src_lang}->{self.tgt_lang})"
+        # C++ models, as memory maps, are reopened lazily in the receiving process.
+        return {**super().__getstate__(), "_segmenters": {}}

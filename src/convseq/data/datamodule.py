@@ -22,11 +22,12 @@ from torch.utils.data import DataLoader
 
 from convseq.common.distributed import rank_and_world
 from convseq.common.plain import to_plain
+from convseq.data.base_databin import BaseDataBin
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
 from convseq.data.config import BatchingConfig
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
-from convseq.data.fairseq_databin import FairseqDataBin, fairseq_record
+from convseq.data.fairseq_databin import fairseq_record
 from convseq.data.preprocess import as_data_config, open_databin, prepare_databin
 from convseq.data.vocab import with_absolute_dict_paths
 from convseq.errors import DataError
@@ -91,16 +92,14 @@ class TranslationDataModule(pl.LightningDataModule):
         max_source_positions: int = 1022,
         max_target_positions: int = 1022,
         predict_split: str = "test",
-        databin: DataBin | FairseqDataBin | None = None,
+        databin: BaseDataBin | None = None,
     ):
         super().__init__()
         data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
         if isinstance(data, Mapping):  # the record names given dictionaries from any folder
             data = with_absolute_dict_paths(data)
             if data.get("format") == "fairseq":  # and a fairseq data-bin's folder and pair
-                data = fairseq_record(
-                    data, databin if isinstance(databin, FairseqDataBin) else None
-                )
+                data = fairseq_record(data, databin)
         if isinstance(batching, BatchingConfig):
             batching = asdict(batching)
         self.save_hyperparameters(ignore=["databin"])
@@ -112,7 +111,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.seed = int(seed)
         self.max_positions = (int(max_source_positions), int(max_target_positions))
         self.predict_split = predict_split
-        self.databin: DataBin | FairseqDataBin | None = None
+        self.databin: BaseDataBin | None = None
         self.src_dict = None
         self.tgt_dict = None
         self.num_filtered: dict[str, int] = {}
@@ -142,7 +141,7 @@ class TranslationDataModule(pl.LightningDataModule):
         else:
             self._use(DataBin(path))
 
-    def _use(self, databin: DataBin | FairseqDataBin) -> None:
+    def _use(self, databin: BaseDataBin) -> None:
         self.databin = databin
         self.src_dict, self.tgt_dict = databin.src_dict, databin.tgt_dict
 

@@ -1,11 +1,11 @@
 """A folder written by fairseq-preprocess, read as it is: `data.format=fairseq data.path=DIR`.
 
 The folder holds `dict.<lang>.txt` and, per split and side, `<split>.<src>-<tgt>.<lang>.bin/.idx`
-in fairseq's mmap format (`convseq.data.fairseq_mmap`). `FairseqDataBin` offers what
-`convseq.data.databin.DataBin` offers (dictionaries, splits, reference text, segmentation), so
-training, validation, BLEU and generation use either one alike. The ids are used as they are:
-fairseq-preprocess ends every sentence with EOS, as convseq's preprocessing does, so the same
-ids give the same batches.
+in fairseq's mmap format (`convseq.data.fairseq_mmap`). `FairseqDataBin` implements
+`convseq.data.base_databin.BaseDataBin`, as convseq's `convseq.data.databin.DataBin` does
+(dictionaries, splits, reference text, segmentation), so training, validation, BLEU and
+generation use either one alike. The ids are used as they are: fairseq-preprocess ends every
+sentence with EOS, as convseq's preprocessing does, so the same ids give the same batches.
 
 What differs from convseq's own data-bin: the text was segmented before fairseq-preprocess (its
 BPE or sentencepiece model is not in the folder), so the BLEU references are the dictionary's
@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from convseq.data.databin import TEXT_SPLITS
+from convseq.data.base_databin import BaseDataBin
 from convseq.data.dictionary import Dictionary
 from convseq.data.fairseq_mmap import RERUN, FairseqTokenArray
-from convseq.data.subword import Segmenter, text_processing
+from convseq.data.subword import Segmenter
 from convseq.errors import DataError
 
 ROLES = ("train", "valid", "test")
@@ -73,8 +74,8 @@ def infer_pair(folder: Path, src: str | None, tgt: str | None) -> tuple[str, str
     return pairs[0]
 
 
-class FairseqDataBin:
-    """A fairseq-preprocess folder with DataBin's interface (see the module docstring).
+class FairseqDataBin(BaseDataBin):
+    """A fairseq-preprocess folder read as a data-bin (see the module docstring).
 
     Args:
         path: the folder (fairseq-preprocess's --destdir).
@@ -116,40 +117,36 @@ class FairseqDataBin:
         roles = {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
         return cls(cfg.path, cfg.src_lang, cfg.tgt_lang, roles, cfg.test_sets, cfg.remove_bpe)
 
-    # -- what DataBin offers --------------------------------------------------------------------
-    def lang(self, side: str) -> str:
-        """The language code of `side` ("src" or "tgt")."""
-        if side not in ("src", "tgt"):
-            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
-        return self.src_lang if side == "src" else self.tgt_lang
-
-    def dictionary(self, side: str) -> Dictionary:
-        """The dictionary of `side` ("src" or "tgt")."""
-        self.lang(side)  # validates `side`
-        return self.src_dict if side == "src" else self.tgt_dict
-
+    # -- what differs from convseq's data-bin ---------------------------------------------------
     def segmenter(self, side: str) -> Segmenter:
         """Whitespace pieces (segmented before fairseq-preprocess), joined with `remove_bpe`."""
         self.lang(side)
         return self._segmenter
-
-    def text_processing(self) -> dict:
-        """The checkpoints' segmentation entry: the pair, no sentencepiece model, `remove_bpe`."""
-        return text_processing(self.src_lang, self.tgt_lang, self._segmenter, self._segmenter)
-
-    def decode(self, ids, side: str = "tgt") -> str:
-        """Text of ids: specials dropped, pieces joined with `data.remove_bpe`."""
-        tokens = self.dictionary(side).string(ids, strip_special=True).split()
-        return self._segmenter.detokenize(tokens)
 
     @property
     def test_sets(self) -> list[str]:
         """The extra evaluation sets (`data.test_sets`), in the order the config named them."""
         return list(self._test_sets)
 
-    def scored_splits(self) -> list[str]:
-        """The splits generation may score: valid, test and the extra test sets."""
-        return [*TEXT_SPLITS, *self._test_sets]
+    @property
+    def keeps_text(self) -> bool:
+        """False: the folder holds ids only; the references are rebuilt from them (`text`)."""
+        return False
+
+    def has_split(self, name: str) -> bool:
+        """Whether the config names split `name` and the folder holds both its sides' files."""
+        return name in self._names and all(
+            self._found(name, side) is not None for side in ("src", "tgt")
+        )
+
+    def sizes(self) -> dict[str, Any]:
+        """The pair, and the sentences of each role (train, valid, test) the folder holds."""
+        splits = {
+            role: {"sentences": len(self._side(role, "src", scan=False))}
+            for role in ROLES
+            if self.has_split(role)
+        }
+        return {"src_lang": self.src_lang, "tgt_lang": self.tgt_lang, "splits": splits}
 
     def split(self, name: str) -> tuple[FairseqTokenArray, FairseqTokenArray]:
         """The (source, target) arrays of split `name`, checked against each other and the
@@ -190,25 +187,38 @@ class FairseqDataBin:
                 f"no split {name!r} (this data config names {sorted(self._names)})",
                 path=str(self.path),
             )
+        split = self._names[name]
+        p = self._found(name, side)
+        if p is None:
+            forward, backward = self._candidates(name, side)
+            raise DataError(
+                f"split {name!r}: neither {forward.name}.bin/.idx nor {backward.name}.bin/.idx is "
+                "there (fairseq-preprocess writes them from --trainpref, --validpref, --testpref)",
+                path=str(self.path),
+            )
+        shard = p.with_name(p.name.replace(split, f"{split}1", 1))
+        if Path(f"{shard}.idx").exists():  # fairseq concatenates split, split1, ...
+            raise DataError(
+                f"split {name!r} is sharded ({split}, {split}1, ...); convseq reads one "
+                "file per split: re-run fairseq-preprocess with the text joined into one "
+                "prefix",
+                path=f"{shard}.idx",
+            )
+        return str(p)
+
+    def _candidates(self, name: str, side: str) -> tuple[Path, Path]:
+        """The source-target and the target-source prefix of split `name`'s `side`."""
         split, lang = self._names[name], self.lang(side)
         forward = self.path / f"{split}.{self.src_lang}-{self.tgt_lang}.{lang}"
         backward = self.path / f"{split}.{self.tgt_lang}-{self.src_lang}.{lang}"
-        for p in (forward, backward):
+        return forward, backward
+
+    def _found(self, name: str, side: str) -> Path | None:
+        """The first of `_candidates` that has a file (.idx, .bin or a raw text), else None."""
+        for p in self._candidates(name, side):
             if any(Path(f"{p}{ext}").exists() for ext in (".idx", ".bin", "")):
-                shard = p.with_name(p.name.replace(split, f"{split}1", 1))
-                if Path(f"{shard}.idx").exists():  # fairseq concatenates split, split1, ...
-                    raise DataError(
-                        f"split {name!r} is sharded ({split}, {split}1, ...); convseq reads one "
-                        "file per split: re-run fairseq-preprocess with the text joined into one "
-                        "prefix",
-                        path=f"{shard}.idx",
-                    )
-                return str(p)
-        raise DataError(
-            f"split {name!r}: neither {forward.name}.bin/.idx nor {backward.name}.bin/.idx is "
-            "there (fairseq-preprocess writes them from --trainpref, --validpref, --testpref)",
-            path=str(self.path),
-        )
+                return p
+        return None
 
     def lines(self, name: str) -> np.ndarray:
         """0-based sentence numbers: a fairseq data-bin keeps every line of its input."""
@@ -258,13 +268,6 @@ class FairseqDataBin:
         )
         return "\n".join(lines)
 
-    def __getstate__(self) -> dict:
-        # memory maps are reopened in the receiving process
-        return {**self.__dict__, "_splits": {}}
-
-    def __repr__(self) -> str:
-        return f"FairseqDataBin({str(self.path)!r}, {self.src_lang}->{self.tgt_lang})"
-
 
 def _refuse_raw(prefix: str) -> None:
     """fairseq's `raw` data-bin (text copies, no .bin/.idx), by name; `lazy`/`cached` ones are
@@ -286,7 +289,7 @@ def _share(tokens: np.ndarray, value: int) -> float:
     return hits / len(tokens)
 
 
-def fairseq_record(data: Mapping, databin: FairseqDataBin | None) -> dict:
+def fairseq_record(data: Mapping, databin: BaseDataBin | None) -> dict:
     """What a run records of a fairseq data config: `path` absolute and, once the data-bin is
     open, the language pair read from its file names (generation checks and reuses both)."""
     out = dict(data)

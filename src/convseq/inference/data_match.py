@@ -23,9 +23,8 @@ from convseq.checkpoints.data_record import (
     pair_of,
     segmentation_differs,
 )
-from convseq.data.databin import DataBin
+from convseq.data.base_databin import BaseDataBin
 from convseq.data.dictionary import Dictionary
-from convseq.data.fairseq_databin import FairseqDataBin
 from convseq.errors import CheckpointError
 from convseq.inference.errors import DataMismatchError
 from convseq.inference.loading import LoadedModel
@@ -201,7 +200,7 @@ def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_databin(
     model: TrainedOn,
-    databin: DataBin | FairseqDataBin,
+    databin: BaseDataBin,
     dicts: tuple[Dictionary, Dictionary],
     given: bool,
 ) -> None:

@@ -60,8 +60,7 @@ import numpy as np
 import pytorch_lightning as pl
 
 from convseq.common.parallel_jobs import task_threads
-from convseq.data.databin import TEXT_SPLITS
-from convseq.data.fairseq_databin import FairseqDataBin
+from convseq.data.base_databin import TEXT_SPLITS, BaseDataBin
 from convseq.data.preprocess import open_databin
 from convseq.data.textio import TextFile, read_text_file
 from convseq.errors import DataError
@@ -265,10 +264,10 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
     return Job(split, translator, batches, len(refs), refs, about=about)
 
 
-def split_reference(reference: TextFile, databin: Any, split: str, given: Any) -> list[str]:
+def split_reference(reference: TextFile, databin: BaseDataBin, split: str, given: Any) -> list[str]:
     """``gen.reference``'s lines as the references of a fairseq data-bin's split (which holds
     ids only); convseq's own data-bin is scored against the text it kept, and refuses one."""
-    if not isinstance(databin, FairseqDataBin):
+    if databin.keeps_text:
         raise DataError(
             f"gen.reference={given!r} is read only with gen.input=FILE or a fairseq data-bin "
             "(data.format=fairseq); a split of convseq's data-bin is scored against the "

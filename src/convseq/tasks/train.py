@@ -247,25 +247,10 @@ def _build_run(
     cbs["threads"] = ThreadShare(threads)  # every rank, once the ranks know each other
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir, trackers)
     if rank_zero_only.rank == 0:
-        log_header(header_lines(cfg, module, data_sizes(databin), threads, output_dir))
+        log_header(header_lines(cfg, module, databin.sizes(), threads, output_dir))
     if resume is not None and last_step >= 0 and trainer.is_global_zero:
         truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
     return _Run(cfg, output_dir, resume, module, dm, cbs, trainer)
-
-
-def data_sizes(databin: Any) -> dict[str, Any]:
-    """Languages and per-split sentences and tokens for the header: a convseq data-bin's
-    meta.json; a fairseq folder's sentence counts."""
-    meta = getattr(databin, "meta", None)
-    if isinstance(meta, Mapping):
-        return dict(meta)
-    splits = {}
-    for role in ("train", "valid", "test"):
-        try:
-            splits[role] = {"sentences": len(databin.split(role)[0])}
-        except Exception:  # a split the folder lacks: not shown
-            continue
-    return {"src_lang": databin.src_lang, "tgt_lang": databin.tgt_lang, "splits": splits}
 
 
 def _fit(run: _Run) -> _Fit:
