@@ -11,7 +11,8 @@ byte per input line, and blocks of a few MiB):
    (`drop_train_regex`, empty lines), and a split with no pair left is refused
    (`convseq.data.split_checks`);
 2. sentencepiece, when asked for, is trained on the kept train sentences as a stream (on a seeded
-   sample of `data.subword.input_sentence_size` of them when there are more);
+   sample of `data.subword.input_sentence_size` of them when there are more;
+   `convseq.data.subword_training`);
 3. every kept pair is segmented, by `data.workers` processes (`convseq.data.encode`), over-long
    pairs are dropped, train tokens are counted, and each side's provisional ids are spooled to
    disk (`convseq.data.spool`); the valid/test reference text is written on the way;
@@ -27,10 +28,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import datetime, timezone
-from itertools import chain, compress
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +44,11 @@ from convseq.data.encode import BlockEncoder, SymbolTable, segment_split
 from convseq.data.indexed import token_dtype
 from convseq.data.split_checks import require_pairs, require_text
 from convseq.data.spool import SIDES, SplitSpool, remove_spool, write_lines, write_side
-from convseq.data.subword import Segmenter, train_sentencepiece
+from convseq.data.subword import Segmenter
+from convseq.data.subword_training import SPM_THREADS, train_segmenters, trains_on_sample
 from convseq.data.textio import (
     PairFilter,
     TextInfo,
-    TextStream,
     check_same_length,
     iter_pairs,
     scan_text_file,
@@ -58,7 +58,6 @@ from convseq.data.vocab import build_dictionaries, load_given, vocab_meta
 PROGRESS_MIN_LINES = 100_000  # a split this long (per side) gets progress bars
 PROGRESS_MIN_BYTES = 8 << 20  # a file this big gets a progress bar while it is checked
 CHUNK = 20_000  # pairs per segmentation block (one progress-bar tick, one worker task)
-SPM_THREADS = 2  # sentencepiece threads in this process (part of the model file: keep fixed)
 SPOOL = ".spool"  # folder of the provisional ids inside the data-bin being built
 
 
@@ -72,7 +71,7 @@ def content_settings(cfg: DataConfig, train_lines: Mapping[str, int] | None = No
     """
     sub = asdict(cfg.subword) if cfg.subword.type != "none" else {"type": "none"}
     if "input_sentence_size" in sub and train_lines is not None:
-        if not _samples(cfg, train_lines["src"], train_lines["tgt"]):
+        if not trains_on_sample(cfg, train_lines["src"], train_lines["tgt"]):
             sub["input_sentence_size"] = 0
     settings = {
         "format": FORMAT_VERSION,
@@ -88,13 +87,6 @@ def content_settings(cfg: DataConfig, train_lines: Mapping[str, int] | None = No
     if cfg.test_sets:  # only when set: a corpus without extra sets keeps its key
         settings["test_sets"] = list(cfg.test_sets)
     return settings
-
-
-def _samples(cfg: DataConfig, n_src: int, n_tgt: int) -> bool:
-    """Whether a sentencepiece model would be trained on a sample of its sentences."""
-    size = cfg.subword.input_sentence_size
-    inputs = [n_src + n_tgt] if cfg.subword.joint else [n_src, n_tgt]
-    return size > 0 and max(inputs) > size
 
 
 def split_roles(cfg: DataConfig) -> tuple[str, ...]:
@@ -136,7 +128,7 @@ def build_databin(
     _require_pairs(cfg, paths, infos, filters, {"train": int(masks["train"].sum())})
 
     # 2. sentencepiece
-    segmenters, models, trained_on = _train_segmenters(cfg, paths, sha, masks["train"], out)
+    segmenters, models, trained_on = train_segmenters(cfg, paths, sha, masks["train"], out)
 
     # 3. segment, filter by length, count, spool
     tables, spools = _segment_splits(cfg, paths, sha, masks, filters, segmenters, out, progress)
@@ -362,53 +354,6 @@ def _text_mask(f: PairFilter, paths: Mapping, sha: Mapping, role: str, n_lines: 
             first, s, t, paths[role, "src"], paths[role, "tgt"]
         )
     return mask
-
-
-def _kept_lines(path: Path, sha256: str, mask: np.ndarray) -> Iterator[str]:
-    """The stripped lines of a file whose flag in `mask` is set, streamed."""
-    first = 0
-    for block in TextStream(path, expect_sha256=sha256):
-        yield from compress(block, mask[first : first + len(block)].tolist())
-        first += len(block)
-
-
-def _train_segmenters(
-    cfg: DataConfig, paths: Mapping, sha: Mapping, mask: np.ndarray, out: Path
-) -> tuple[dict[str, Segmenter], dict[str, str], dict[str, int]]:
-    """Segmenters per language (sentencepiece trained on the kept train pairs), their model file
-    names, and how many sentences each model was trained on."""
-    src, tgt = cfg.src_lang, cfg.tgt_lang
-    sub = cfg.subword
-    if sub.type == "none":
-        return {src: Segmenter(None), tgt: Segmenter(None)}, {}, {}
-    kept = int(mask.sum())  # kept train lines are never empty: both sides have `kept` sentences
-    options = dict(
-        model_type=sub.type,
-        vocab_size=sub.vocab_size,
-        character_coverage=sub.character_coverage,
-        num_threads=SPM_THREADS,
-    )
-
-    def lines(side: str) -> Iterator[str]:
-        return _kept_lines(paths["train", side], sha["train", side], mask)
-
-    if sub.joint:
-        n = 2 * kept
-        size = sub.input_sentence_size if _samples(cfg, kept, kept) else 0
-        stream = chain(lines("src"), lines("tgt"))
-        seg = train_sentencepiece(
-            stream, out / "spm.model", input_sentence_size=size, num_sentences=n, **options
-        )
-        return {src: seg, tgt: seg}, {src: "spm.model", tgt: "spm.model"}, {"spm.model": size or n}
-    segs, models, used = {}, {}, {}
-    size = sub.input_sentence_size if _samples(cfg, kept, kept) else 0
-    for lang, side in ((src, "src"), (tgt, "tgt")):
-        models[lang] = f"spm.{lang}.model"
-        segs[lang] = train_sentencepiece(
-            lines(side), out / models[lang], input_sentence_size=size, num_sentences=kept, **options
-        )
-        used[models[lang]] = size or kept
-    return segs, models, used
 
 
 def _pieces(seg: Segmenter) -> list[str]:
