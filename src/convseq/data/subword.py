@@ -215,6 +215,31 @@ def train_sentencepiece(
         raise DataError(f"data.subword.type must be one of {SUBWORD_TYPES}, got {model_type!r}")
     if vocab_size < 2:
         raise DataError(f"data.subword.vocab_size must be >= 2, got {vocab_size}")
+    stream = _training_stream(sentences, input_sentence_size, seed, num_sentences)
+    proto = _train_model(
+        stream,
+        model_path,
+        model_type,
+        vocab_size,
+        character_coverage,
+        input_sentence_size,
+        num_threads,
+    )
+    tmp = Path(str(model_path) + ".tmp")
+    tmp.write_bytes(proto)
+    os.replace(tmp, model_path)
+    return Segmenter(spm.SentencePieceProcessor(model_proto=proto), num_threads=num_threads)
+
+
+def _training_stream(
+    sentences: Iterable[str], input_sentence_size: int, seed: int, num_sentences: int | None
+) -> Iterator[str]:
+    """The non-empty sentences sentencepiece is given: with `input_sentence_size > 0` and more
+    sentences than that, `sample_sentences`' draw of them (sentencepiece's generator seeded too).
+
+    Raises:
+        DataError: no non-empty sentence is left.
+    """
     if input_sentence_size > 0:
         spm.set_random_generator_seed(seed)
         if num_sentences is None and not isinstance(sentences, Sized):
@@ -226,10 +251,24 @@ def train_sentencepiece(
     first = next(nonempty, None)
     if first is None:
         raise DataError("no non-empty training sentence to train sentencepiece on")
+    return chain([first], nonempty)
+
+
+def _train_model(
+    sentences: Iterator[str],
+    model_path: str | os.PathLike,
+    model_type: str,
+    vocab_size: int,
+    character_coverage: float,
+    input_sentence_size: int,
+    num_threads: int,
+) -> bytes:
+    """sentencepiece's trainer run on `sentences`; the model file's bytes (the file is
+    `model_path`, named in the error of a failed training)."""
     buffer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=chain([first], nonempty),
+            sentence_iterator=sentences,
             model_writer=buffer,
             model_type=model_type,
             vocab_size=vocab_size,
@@ -248,8 +287,4 @@ def train_sentencepiece(
         )
     except RuntimeError as e:
         raise DataError(f"sentencepiece training failed: {e}", path=str(model_path)) from e
-    proto = buffer.getvalue()
-    tmp = Path(str(model_path) + ".tmp")
-    tmp.write_bytes(proto)
-    os.replace(tmp, model_path)
-    return Segmenter(spm.SentencePieceProcessor(model_proto=proto), num_threads=num_threads)
+    return buffer.getvalue()
