@@ -21,12 +21,14 @@ import atexit
 import contextlib
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from convseq.common.config import TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,10 @@ def _devices(value: Any) -> int:
     return 2  # "auto": as many as there are
 
 
-def relaunching_ddp(trainer: Mapping[str, Any]) -> bool:
+def relaunching_ddp(trainer: TrainerConfig | DictConfig) -> bool:
     """Whether these Trainer settings make Lightning re-run the command line in new processes."""
-    strategy = str(trainer.get("strategy", "auto"))
-    processes = _devices(trainer.get("devices", 1)) * int(trainer.get("num_nodes", 1) or 1)
-    return strategy in _RELAUNCHING and processes > 1
+    processes = _devices(trainer.devices) * trainer.num_nodes
+    return str(trainer.strategy) in _RELAUNCHING and processes > 1
 
 
 class SweepReport(Callback):
@@ -102,11 +103,11 @@ class SweepReport(Callback):
         if hydra_cfg is None or str(hydra_cfg.get("mode")) != "RunMode.MULTIRUN":
             return
         launcher = str((hydra_cfg.get("launcher") or {}).get("_target_", ""))
-        trainer = config.get("trainer") or {}
+        trainer = config.trainer
         if launcher.rsplit(".", 1)[-1] in _LOCAL_LAUNCHERS and relaunching_ddp(trainer):
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings.
             message = (
-                f"trainer.strategy={trainer.get('strategy')} with {trainer.get('devices')} "
+                f"trainer.strategy={trainer.strategy} with {trainer.devices} "
                 "devices inside a local multirun (-m): Lightning would re-run the command line "
                 "(the whole sweep, or submitit's job runner) in every extra process. Run each "
                 "DDP job on its own (no -m), sweep on one device per job, or sweep through "

@@ -95,9 +95,8 @@ def check_search(cfg: Mapping[str, Any]) -> None:
             f"hydra.sweeper.direction={list(direction)}: training returns one value "
             "(optimized_metric); give one direction, minimize or maximize"
         )
-    metric = str(cfg.get("optimized_metric") or "valid/loss")
-    ck = cfg.get("checkpoint") or {}
-    trains_max = metric == ck.get("monitor") and ck.get("mode") == "max"
+    metric, ck = cfg.optimized_metric, cfg.checkpoint
+    trains_max = metric == ck.monitor and ck.mode == "max"
     wanted = _direction_name(direction)
     if wanted == "maximize" and not trains_max:
         raise SearchError(

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from convseq.common.config import TrainerConfig
 from convseq.common.threads import (
     USER_OMP,
     ThreadChoice,
@@ -113,14 +114,12 @@ def sweep_job_cpus() -> tuple[int, str] | None:
     return job_cpus(launcher, sweeper, jobs, len(affinity()))  # type: ignore[arg-type]
 
 
-def task_threads(trainer_cfg: Mapping[str, Any] | None) -> ThreadChoice:
+def task_threads(trainer_cfg: TrainerConfig) -> ThreadChoice:
     """Choose and set this process's torch threads (`convseq.common.threads`) for a task whose
     `trainer` config this is; a job of a sweep run in parallel on this machine takes its share.
     """
     job = sweep_job_cpus()
-    choice = choose_threads(
-        trainer_cfg or {}, job_cpus=job, user_omp=USER_OMP, caller=caller_threads()
-    )
+    choice = choose_threads(trainer_cfg, job_cpus=job, user_omp=USER_OMP, caller=caller_threads())
     if choice.source == "OMP_NUM_THREADS" and job is not None and "joblib" in job[1]:
         # joblib's workers get OMP_NUM_THREADS = CPUs / n_jobs unless the user set it first
         choice = ThreadChoice(

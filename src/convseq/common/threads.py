@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from convseq.common.config import TrainerConfig
 from convseq.errors import SettingError
 
 __all__ = [
@@ -80,12 +81,11 @@ def _positive(value: Any, what: str) -> int:
     return n
 
 
-def _devices_per_node(trainer: Mapping[str, Any]) -> int:
+def _devices_per_node(trainer: TrainerConfig) -> int:
     """The processes Lightning starts on each machine for its own DDP launch (1 otherwise)."""
-    strategy = str(trainer.get("strategy") or "auto")
-    if not strategy.startswith("ddp"):
+    if not str(trainer.strategy).startswith("ddp"):
         return 1
-    devices = trainer.get("devices", 1)
+    devices = trainer.devices
     if isinstance(devices, (list, tuple)):
         return max(len(devices), 1)
     try:
@@ -95,7 +95,7 @@ def _devices_per_node(trainer: Mapping[str, Any]) -> int:
 
 
 def choose_threads(
-    trainer: Mapping[str, Any],
+    trainer: TrainerConfig,
     job_cpus: tuple[int, str] | None = None,
     env: Mapping[str, str] | None = None,
     user_omp: str | None = None,
@@ -105,7 +105,7 @@ def choose_threads(
     """The threads per process of a run whose `trainer` config this is (see the module docstring).
 
     Args:
-        trainer: the `trainer` config group (`threads`, `strategy`, `devices`).
+        trainer: the `trainer` config (its `threads`, `strategy`, `devices`).
         job_cpus: for a sweep job run in parallel with others on this machine, its share of the
             CPUs and how it was found, e.g. (1, "2 CPUs / 2 parallel jobs of
             hydra/launcher=joblib"); None for a run alone.
@@ -115,7 +115,7 @@ def choose_threads(
         caller: threads a calling script set itself (`caller_threads`).
     """
     env = os.environ if env is None else env
-    requested = trainer.get("threads")
+    requested = trainer.threads
     if requested is not None:
         return ThreadChoice(_positive(requested, "trainer.threads"), "trainer.threads")
     if user_omp:

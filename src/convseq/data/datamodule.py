@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict
 
 import pytorch_lightning as pl
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from convseq.common.config import plain, typed
 from convseq.common.distributed import rank_and_world
-from convseq.common.plain import to_plain
 from convseq.data.base_databin import BaseDataBin
 from convseq.data.batching import TokenBatchSampler, match_max_sentences
-from convseq.data.config import BatchingConfig
+from convseq.data.config import BatchingConfig, DataConfig
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.data.fairseq_databin import fairseq_record
@@ -39,14 +36,9 @@ DRIVES_BATCH_SAMPLER = "drives_batch_sampler"
 
 
 def batching_config(batching: Mapping | BatchingConfig) -> BatchingConfig:
-    """A validated BatchingConfig from a mapping (unknown keys and wrong types are refused)."""
-    if isinstance(batching, BatchingConfig):
-        return batching
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(BatchingConfig), dict(batching))
-        cfg: BatchingConfig = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as e:
-        raise DataError(f"invalid batching config: {e}") from e
+    """`batching` as a checked BatchingConfig (an instance as it is; a mapping typed first:
+    unknown keys and wrong types are refused)."""
+    cfg = typed(BatchingConfig, batching, "batching", DataError)
     if cfg.max_tokens is None and cfg.max_sentences is None and cfg.match_max_tokens is None:
         raise DataError(
             "batching: max_tokens, max_sentences and match_max_tokens are all null; set one"
@@ -85,8 +77,8 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        data: dict,
-        batching: dict,
+        data: DataConfig | Mapping,
+        batching: BatchingConfig | Mapping,
         cache_dir: str,
         seed: int = 1,
         max_source_positions: int = 1022,
@@ -95,16 +87,14 @@ class TranslationDataModule(pl.LightningDataModule):
         databin: BaseDataBin | None = None,
     ):
         super().__init__()
-        data, batching = to_plain(data), to_plain(batching)  # hparams hold plain values only
-        if isinstance(data, Mapping):  # the record names given dictionaries from any folder
-            data = with_absolute_dict_paths(data)
-            if data.get("format") == "fairseq":  # and a fairseq data-bin's folder and pair
-                data = fairseq_record(data, databin)
-        if isinstance(batching, BatchingConfig):
-            batching = asdict(batching)
-        self.save_hyperparameters(ignore=["databin"])
-        self.data_cfg = as_data_config(data)  # validated now: a typo fails before any work
+        # checked now: a typo fails before any work
+        self.data_cfg = with_absolute_dict_paths(as_data_config(data))  # from any folder
+        if self.data_cfg.format == "fairseq":  # and a fairseq data-bin's folder and pair
+            self.data_cfg = fairseq_record(self.data_cfg, databin)
         self.batching = batching_config(batching)
+        # the hyperparameters (what a checkpoint records) are plain values
+        data, batching = plain(self.data_cfg), plain(self.batching)
+        self.save_hyperparameters(ignore=["databin"])
         if predict_split not in SPLITS:
             raise DataError(f"predict_split must be one of {SPLITS}, got {predict_split!r}")
         self.cache_dir = str(cache_dir)

@@ -15,6 +15,7 @@ pieces of each target sentence joined back with `data.remove_bpe` (unknown words
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from convseq.data.base_databin import BaseDataBin
+from convseq.data.config import DataConfig
 from convseq.data.dictionary import Dictionary
 from convseq.data.fairseq_mmap import RERUN, FairseqTokenArray
 from convseq.data.subword import Segmenter
@@ -289,12 +291,11 @@ def _share(tokens: np.ndarray, value: int) -> float:
     return hits / len(tokens)
 
 
-def fairseq_record(data: Mapping, databin: BaseDataBin | None) -> dict:
+def fairseq_record(cfg: DataConfig, databin: BaseDataBin | None) -> DataConfig:
     """What a run records of a fairseq data config: `path` absolute and, once the data-bin is
     open, the language pair read from its file names (generation checks and reuses both)."""
-    out = dict(data)
-    if out.get("path"):
-        out["path"] = str(Path(str(out["path"])).expanduser().absolute())
+    if cfg.path:
+        cfg = dataclasses.replace(cfg, path=str(Path(cfg.path).expanduser().absolute()))
     if databin is not None:
-        out["src_lang"], out["tgt_lang"] = databin.src_lang, databin.tgt_lang
-    return out
+        cfg = dataclasses.replace(cfg, src_lang=databin.src_lang, tgt_lang=databin.tgt_lang)
+    return cfg

@@ -11,11 +11,10 @@ different dictionary makes a different data-bin, and a corpus without one keeps 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from convseq.data.config import DataConfig
 from convseq.data.dictionary import Dictionary
@@ -51,15 +50,15 @@ def given_paths(cfg: DataConfig) -> dict[str, Path]:
     return {side: one for side in SIDES}
 
 
-def with_absolute_dict_paths(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain data config whose given dictionaries are absolute paths, as `data.dir` is: what a
-    run records, so that a checkpoint's data settings still name the files from another folder."""
-    out = dict(data)
-    for side in SIDES:
-        key = checksum_id(side)
-        if out.get(key):
-            out[key] = str(Path(str(out[key])).expanduser().absolute())
-    return out
+def with_absolute_dict_paths(cfg: DataConfig) -> DataConfig:
+    """`cfg` with its given dictionaries as absolute paths, as `data.dir` is: what a run
+    records, so that a checkpoint's data settings still name the files from another folder."""
+    absolute = {
+        key: str(Path(path).expanduser().absolute())
+        for key, path in ((checksum_id(side), getattr(cfg, checksum_id(side))) for side in SIDES)
+        if path
+    }
+    return dataclasses.replace(cfg, **absolute) if absolute else cfg
 
 
 def given_checksums(cfg: DataConfig) -> dict[str, str]:

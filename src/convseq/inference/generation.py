@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -29,13 +29,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from convseq.common.config import TrainerConfig
 from convseq.common.distributed import rank_and_world
 from convseq.data.batching import source_batches
 from convseq.data.databin import DataBin
 from convseq.data.dataset import LanguagePairDataset
 from convseq.errors import CheckpointError, DataError
 from convseq.inference.data_match import check_databin
-from convseq.inference.options import GenOptions
+from convseq.inference.options import GenConfig
 from convseq.inference.precision import device_type
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import best_texts, in_input_order
@@ -59,26 +60,26 @@ def checkpoint_paths(ckpt: str | Sequence[str] | None) -> list[str]:
     return paths
 
 
-def load_translator(cfg: Mapping[str, Any], databin: DataBin | None) -> Translator:
-    """The Translator of ``cfg.ckpt`` with ``cfg.gen``'s search settings.
+def load_translator(
+    ckpt: str | Sequence[str] | None,
+    gen: GenConfig,
+    accelerator: str = "cpu",
+    databin: DataBin | None = None,
+) -> Translator:
+    """The Translator of ``ckpt`` (`checkpoint_paths`) with ``gen``'s search settings, in
+    ``gen.precision`` on the device ``accelerator`` (``trainer.accelerator``) names.
 
     A checkpoint without its own segmentation (a fairseq one, or an older convseq one) whose
     dictionaries are the data-bin's gets the data-bin's segmentation (`adopt_segmentation`).
     """
-    gen = cfg.get("gen") or {}
     translator = Translator.from_checkpoints(
-        checkpoint_paths(cfg.get("ckpt")),
-        dict_dir=gen.get("dict_dir"),
-        options=GenOptions.from_mapping(gen),
+        checkpoint_paths(ckpt), dict_dir=gen.dict_dir, options=gen
     )
     if databin is not None:
         adopt_segmentation(translator, databin)
-    precision = str(gen.get("precision") or "fp32")
-    if precision != "fp32":
+    if gen.precision != "fp32":
         # checked against where task=generate / interactive will run
-        translator.with_precision(
-            precision, device_type((cfg.get("trainer") or {}).get("accelerator"))
-        )
+        translator.with_precision(gen.precision, device_type(accelerator))
     return translator
 
 
@@ -120,7 +121,7 @@ def split_loader(
     translator: Translator,
     databin: DataBin,
     split: str,
-    gen: Mapping[str, Any],
+    gen: GenConfig,
     shard_of: tuple[int, int] = (0, 1),
     pin_memory: bool = False,
 ) -> DataLoader:
@@ -144,7 +145,7 @@ def split_loader(
 def batch_loader(
     dataset: LanguagePairDataset,
     translator: Translator,
-    gen: Mapping[str, Any],
+    gen: GenConfig,
     name: str,
     shard_of: tuple[int, int] = (0, 1),
     locate: Callable[[int], tuple[str, int]] | None = None,
@@ -156,7 +157,7 @@ def batch_loader(
     for them, when the sentences come from a text file. ``pin_memory``: page-locked batches,
     which copy to a GPU without blocking the host.
     """
-    max_tokens, batch_size = gen.get("max_tokens"), gen.get("batch_size")
+    max_tokens, batch_size = gen.max_tokens, gen.batch_size
     if max_tokens is None and batch_size is None:
         raise DataError("gen.max_tokens and gen.batch_size are both null; set one")
     limit = translator.max_source_positions() or 1 << 30
@@ -190,7 +191,7 @@ def batch_loader(
 
 
 def split_batches(
-    translator: Translator, databin: DataBin, split: str, gen: Mapping[str, Any]
+    translator: Translator, databin: DataBin, split: str, gen: GenConfig
 ) -> BatchesFn:
     """A `BatchesFn` of the split (`split_loader` with the rank's ``shard_of``)."""
     return partial(split_loader, translator, databin, split, gen)
@@ -199,7 +200,7 @@ def split_batches(
 def encoded_batches(
     translator: Translator,
     encoded: Sequence[np.ndarray],
-    gen: Mapping[str, Any],
+    gen: GenConfig,
     name: str,
     locate: Callable[[int], tuple[str, int]] | None = None,
 ) -> BatchesFn:
@@ -229,7 +230,7 @@ class GenerationModule(pl.LightningModule):
     def __init__(
         self,
         translator: Translator,
-        options: GenOptions,
+        options: GenConfig,
         batches: BatchesFn,
         profiler: GenerationProfiler | None = None,
     ):
@@ -288,19 +289,18 @@ class GenerationModule(pl.LightningModule):
             self.profiler_.batch_end()
 
 
-def predict_trainer(trainer_cfg: Mapping[str, Any] | None, progress: bool = False) -> pl.Trainer:
+def predict_trainer(trainer: TrainerConfig, progress: bool = False) -> pl.Trainer:
     """A Trainer for trainer.predict (no logger, no checkpoints) on ``trainer.devices`` devices.
 
     With several devices (``trainer.strategy=ddp``, or ``trainer=ddp``) each rank translates its
     share of the split; `GenerationModule` gathers the records. ``trainer.precision`` is not
     used: generation runs in ``gen.precision``.
     """
-    tcfg = dict(trainer_cfg or {})
     return pl.Trainer(
-        accelerator=tcfg.get("accelerator", "cpu"),
-        devices=tcfg.get("devices", 1),
-        num_nodes=int(tcfg.get("num_nodes", 1) or 1),
-        strategy=tcfg.get("strategy", "auto") or "auto",
+        accelerator=trainer.accelerator,
+        devices=trainer.devices,
+        num_nodes=trainer.num_nodes,
+        strategy=trainer.strategy,
         # gen.precision alone decides the arithmetic (the model copy is cast to it), so that
         # the results file records what ran; trainer.precision is training's setting
         precision="32-true",
@@ -316,8 +316,7 @@ def translate_split(
     translator: Translator,
     databin: DataBin,
     split: str,
-    gen: Mapping[str, Any],
-    options: GenOptions | None = None,
+    gen: GenConfig,
 ) -> list[str]:
     """The best translation of every sentence of ``split``, in input order, on every rank.
 
@@ -331,7 +330,7 @@ def translate_split(
     mine = []
     with torch.inference_mode():
         for batch in loader:
-            for r in translator.translate_batch(batch, options):
+            for r in translator.translate_batch(batch, gen):
                 mine.append({"id": r["id"], "hypotheses": [{"text": r["hypotheses"][0]["text"]}]})
     records = in_input_order(gather_objects(mine))  # only ids and texts cross processes
     return best_texts(records, len(databin.text(split, "tgt")))

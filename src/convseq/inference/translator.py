@@ -46,7 +46,7 @@ from convseq.inference.data_match import TrainedOn, trained_on
 from convseq.inference.ensemble import EnsembleModel
 from convseq.inference.errors import GenerationError, is_oom, out_of_memory
 from convseq.inference.loading import load_any
-from convseq.inference.options import DEFAULT_MAX_TOKENS, GenOptions
+from convseq.inference.options import DEFAULT_MAX_TOKENS, GenConfig
 from convseq.inference.precision import for_generation
 from convseq.inference.records import in_input_order
 from convseq.search import SearchTimer, as_search_model, beam_search
@@ -65,7 +65,7 @@ class Translator:
         src_dict, tgt_dict: the dictionaries the models were trained with.
         src_segmenter, tgt_segmenter: how raw text is split into the dictionary's pieces and
             joined back (default: whitespace).
-        options: default search settings (`GenOptions`).
+        options: default search settings (`GenConfig`).
         trained_on: what the checkpoints record of their training data (`from_checkpoints`
             fills it; generation translates that data unless told otherwise, and refuses
             other data).
@@ -78,7 +78,7 @@ class Translator:
         tgt_dict: Dictionary,
         src_segmenter: Segmenter | None = None,
         tgt_segmenter: Segmenter | None = None,
-        options: GenOptions | None = None,
+        options: GenConfig | None = None,
         trained_on: TrainedOn | None = None,
     ):
         if not models:
@@ -88,7 +88,7 @@ class Translator:
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.src_segmenter = src_segmenter or Segmenter(None)
         self.tgt_segmenter = tgt_segmenter or Segmenter(None)
-        self.options = options or GenOptions()
+        self.options = options or GenConfig()
         self.search_model = self._search_model()
 
     # -- construction ---------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class Translator:
         paths: str | os.PathLike | Sequence[str | os.PathLike],
         dict_dir: str | os.PathLike | None = None,
         map_location: Any = "cpu",
-        options: GenOptions | None = None,
+        options: GenConfig | None = None,
     ) -> Translator:
         """Load convseq checkpoints (``.ckpt``) and/or fairseq fconv checkpoints (``.pt``).
 
@@ -210,7 +210,7 @@ class Translator:
     def translate_batch(
         self,
         batch: Mapping[str, Any],
-        options: GenOptions | None = None,
+        options: GenConfig | None = None,
         timer: SearchTimer | None = None,
     ) -> list[dict[str, Any]]:
         """Translation records (module docstring) of a collated batch, in the batch's row order.
@@ -308,9 +308,9 @@ class Translator:
             max_tokens: source tokens per batch (padding counted); None: no limit.
             batch_size: sentences per batch; None: no limit (one of the two is needed).
             timer: optional phase timer (see `convseq.search.PhaseTimer`).
-            **options: `GenOptions` fields overriding ``self.options`` (beam=5, nbest=3, ...).
+            **options: `GenConfig` fields overriding ``self.options`` (beam=5, nbest=3, ...).
         """
-        opts = GenOptions.from_mapping(self.options.search_kwargs(), **options)
+        opts = self.options.updated(**options)
         encoded, _ = self.encode_lines(lines, lambda cut: numbered("sentence", cut))
         if not encoded:
             return []
@@ -321,7 +321,7 @@ class Translator:
         encoded: Sequence[np.ndarray],
         max_tokens: int | None,
         batch_size: int | None,
-        options: GenOptions | None = None,
+        options: GenConfig | None = None,
         timer: SearchTimer | None = None,
     ) -> list[dict[str, Any]]:
         """Records of already encoded sources (ids ending in EOS), in input order."""
@@ -350,7 +350,7 @@ class Translator:
         single = isinstance(sentences, str)
         lines = [sentences] if single else list(sentences)
         records = self.translate_records(lines, max_tokens, batch_size, **options)
-        nbest = GenOptions.from_mapping(self.options.search_kwargs(), **options).nbest
+        nbest = self.options.updated(**options).nbest
         if nbest == 1:
             texts: list = [r["hypotheses"][0]["text"] for r in records]
         else:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
 
-from convseq.common.plain import to_plain
+from convseq.common.config import typed
 from convseq.errors import ConvseqError
 
 
@@ -41,22 +40,9 @@ class ModelConfigError(ConvseqError, ValueError):
 
 
 def as_fconv_config(cfg: FConvConfig | DictConfig | Mapping[str, Any]) -> FConvConfig:
-    """An FConvConfig from a dataclass, a DictConfig or a plain dict with its keys.
+    """An FConvConfig from a dataclass (returned as it is), a DictConfig or a plain dict with its
+    keys (a checkpoint's hyperparameters, a Python caller's dict).
 
     Missing keys take the base-architecture defaults; unknown keys are refused by name.
     """
-    if isinstance(cfg, FConvConfig):
-        return cfg
-    if isinstance(cfg, DictConfig):
-        cfg = to_plain(cfg)
-    if not isinstance(cfg, Mapping):
-        raise ModelConfigError(
-            f"model config: expected an FConvConfig, a DictConfig or a dict, got {type(cfg)}"
-        )
-    known = {f.name for f in dataclasses.fields(FConvConfig)}
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        raise ModelConfigError(
-            f"model config: unknown key(s) {unknown}; the keys are {sorted(known)}"
-        )
-    return FConvConfig(**dict(cfg))
+    return typed(FConvConfig, cfg, "model", ModelConfigError)

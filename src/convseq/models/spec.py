@@ -28,7 +28,7 @@ import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convseq.common.plain import to_plain
+from convseq.common.config import plain
 from convseq.errors import ConvseqError
 
 LayerSpec = tuple[int, int, int]  # (out_channels, kernel_width, residual)
@@ -133,7 +133,7 @@ def parse_layers(value: Any, key: str = "encoder_layers") -> tuple[LayerSpec, ..
     Raises:
         SpecError: naming the key, the offending item and the expected form.
     """
-    value = to_plain(value)  # a ListConfig must not leak into the model
+    value = plain(value)  # a ListConfig must not leak into the model
     if isinstance(value, str):
         value = _safe_literal(value, key)
     if not isinstance(value, Sequence) or isinstance(value, str):
@@ -177,7 +177,7 @@ def parse_attention(
     Raises:
         SpecError: on a non-bool entry or a list whose length is not ``num_layers``.
     """
-    value = to_plain(value)
+    value = plain(value)
     if isinstance(value, str):
         lowered = value.strip().lower()
         if lowered in ("true", "false"):

@@ -45,11 +45,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig
-
-from convseq.common.plain import to_plain
 from convseq.errors import CheckpointError
 from convseq.optim.build import OptimConfigError, number
+from convseq.optim.config import AnnealConfig
 from convseq.optim.warmup import UPDATE_SCHEDULES
 
 # the epoch rules, then the schedules by update (convseq.optim.warmup), which keep the lr
@@ -74,32 +72,33 @@ class Annealer:
     """The lr schedule of one run, stepped once per epoch after validation.
 
     Args:
-        anneal_cfg: the `anneal` config (AnnealConfig fields), a DictConfig or a dict.
+        cfg: the `anneal` config.
         lr: the initial learning rate (``optim.lr``).
 
     Raises:
         OptimConfigError: an unknown ``anneal.name`` or a bad value, named by its key.
     """
 
-    def __init__(self, anneal_cfg: Mapping[str, Any] | DictConfig, lr: float) -> None:
-        cfg = dict(to_plain(anneal_cfg) or {})
-        self.name: str = cfg.get("name", "plateau")
+    def __init__(self, cfg: AnnealConfig, lr: float) -> None:
+        self.name: str = cfg.name
         if self.name not in STRATEGIES:
             raise OptimConfigError(
                 f"anneal.name={self.name!r} is not an annealing strategy convseq knows; choose "
                 f"one of {', '.join(STRATEGIES)} (e.g. anneal=plateau on the command line)"
             )
-        self.lr_shrink = number(cfg, "anneal", "lr_shrink", 0.1, 0.0)
+        self.lr_shrink = number(cfg.lr_shrink, "anneal.lr_shrink", 0.0)
         if self.name in ("plateau", "force", "lua") and not 0.0 < self.lr_shrink < 1.0:
             raise OptimConfigError(
                 f"anneal.lr_shrink must lie in (0, 1), got {self.lr_shrink!r}: lr is multiplied "
                 "by it (the Lua toolkit's divisor -lrshrink 10 is lr_shrink 0.1)"
             )
-        self.lr_threshold = number(cfg, "anneal", "lr_threshold", 1e-4, 0.0)
-        self.lr_patience = int(number(cfg, "anneal", "lr_patience", 0, 0))
-        self.min_epoch_to_anneal = int(number(cfg, "anneal", "min_epoch_to_anneal", 0, 0))
-        self.min_lr = number(cfg, "anneal", "min_lr", 1e-5, -math.inf)
-        force_anneal = cfg.get("force_anneal")
+        self.lr_threshold = number(cfg.lr_threshold, "anneal.lr_threshold", 0.0)
+        self.lr_patience = int(number(cfg.lr_patience, "anneal.lr_patience", 0))
+        self.min_epoch_to_anneal = int(
+            number(cfg.min_epoch_to_anneal, "anneal.min_epoch_to_anneal", 0)
+        )
+        self.min_lr = number(cfg.min_lr, "anneal.min_lr", -math.inf)
+        force_anneal = cfg.force_anneal
         if self.name == "force" and (
             isinstance(force_anneal, bool) or not isinstance(force_anneal, int) or force_anneal < 1
         ):

@@ -14,10 +14,9 @@ counted) is a function of ``u`` alone, so a resumed run continues it exactly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from convseq.optim.build import OptimConfigError
+from convseq.optim.config import AnnealConfig
 
 __all__ = ["UPDATE_SCHEDULES", "UpdateSchedule", "check_update_schedule"]
 
@@ -28,7 +27,7 @@ class UpdateSchedule:
     """The lr of every update of an ``inverse_sqrt`` or ``cosine`` schedule.
 
     Args:
-        anneal_cfg: the `anneal` config (name, warmup_updates, warmup_init_lr, min_lr,
+        cfg: the `anneal` config (its name, warmup_updates, warmup_init_lr, min_lr and
             total_updates).
         lr: the peak learning rate (``optim.lr``).
         max_update: the run's ``max_update``, the cosine's length when ``total_updates`` is 0.
@@ -37,15 +36,15 @@ class UpdateSchedule:
         OptimConfigError: a bad value, named by its key.
     """
 
-    def __init__(self, anneal_cfg: Mapping[str, Any], lr: float, max_update: int = 0) -> None:
-        self.name = str(anneal_cfg.get("name"))
+    def __init__(self, cfg: AnnealConfig, lr: float, max_update: int = 0) -> None:
+        self.name = cfg.name
         if self.name not in UPDATE_SCHEDULES:
             raise OptimConfigError(f"anneal.name={self.name!r} is not a schedule by update")
         self.lr = float(lr)
-        self.warmup = int(anneal_cfg.get("warmup_updates") or 0)
-        self.init_lr = float(anneal_cfg.get("warmup_init_lr") or 0.0)
-        self.min_lr = max(float(anneal_cfg.get("min_lr") or 0.0), 0.0)
-        self.total = int(anneal_cfg.get("total_updates") or 0) or int(max_update or 0)
+        self.warmup = cfg.warmup_updates
+        self.init_lr = float(cfg.warmup_init_lr)
+        self.min_lr = max(float(cfg.min_lr), 0.0)
+        self.total = cfg.total_updates or max_update
         if self.warmup < 0 or (self.name == "inverse_sqrt" and self.warmup < 1):
             raise OptimConfigError(
                 f"anneal.warmup_updates must be >= 1 for anneal={self.name}, got {self.warmup} "
@@ -79,8 +78,8 @@ class UpdateSchedule:
         return None
 
 
-def check_update_schedule(anneal_cfg: Mapping[str, Any], lr: float, max_update: int = 0) -> None:
+def check_update_schedule(cfg: AnnealConfig, lr: float, max_update: int = 0) -> None:
     """Refuse a bad ``inverse_sqrt`` / ``cosine`` setting (`UpdateSchedule`'s checks) at once,
     before a run prepares its data; other schedules are checked by their own rule."""
-    if anneal_cfg.get("name") in UPDATE_SCHEDULES:
-        UpdateSchedule(anneal_cfg, lr=lr, max_update=max_update)
+    if cfg.name in UPDATE_SCHEDULES:
+        UpdateSchedule(cfg, lr=lr, max_update=max_update)

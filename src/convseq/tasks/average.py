@@ -11,12 +11,13 @@ command line is checked against every input.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from convseq.checkpoints.average import DEFAULT_NAME, average_checkpoints, last_n_checkpoints
+from convseq.common.config import plain
 from convseq.errors import CheckpointError
+from convseq.tasks.config import Config
 
 __all__ = ["run_average"]
 
@@ -29,16 +30,15 @@ def _expand(ckpts: Sequence[str] | str | None) -> list[Path]:
     return [Path(os.path.expanduser(str(c))).absolute() for c in ckpts]
 
 
-def run_average(cfg: Mapping[str, Any]) -> Path:
+def run_average(cfg: Config) -> Path:
     """`task=average`: the checkpoints of `ckpts` (or the last `average.last_n` of a run).
 
     Writes `average.output`, by default `<output_dir>/averaged.ckpt` (the Hydra folder of
-    this command), and prints the path. ``cfg["data"]``: None when the user gave no data (the
+    this command), and prints the path. ``cfg.data``: None when the user gave no data (the
     inputs' own is kept), else a data config every input must have been trained on.
     """
-    avg = cfg.get("average") or {}
-    ckpts = _expand(cfg.get("ckpts"))
-    last_n = int(avg.get("last_n") or 0)
+    ckpts = _expand(cfg.ckpts)
+    last_n = cfg.average.last_n
     if last_n > 0:
         if len(ckpts) != 1:
             raise CheckpointError(
@@ -53,9 +53,9 @@ def run_average(cfg: Mapping[str, Any]) -> Path:
                     f"{p}: a folder; list checkpoint files in ckpts, or average the run's last "
                     "epochs with average.last_n=N"
                 )
-    output = avg.get("output") or Path(cfg["paths"]["output_dir"]) / DEFAULT_NAME
-    data = cfg.get("data")
-    path = average_checkpoints(ckpts, output, data if isinstance(data, Mapping) else None)
+    output = cfg.average.output or Path(cfg.paths.output_dir) / DEFAULT_NAME
+    # compared with what each checkpoint records of its data: plain values
+    path = average_checkpoints(ckpts, output, None if cfg.data is None else plain(cfg.data))
     names = ", ".join(str(p) for p in ckpts)
     print(f"convseq: averaged {len(ckpts)} checkpoints ({names}) into {path}", flush=True)
     return path

@@ -28,10 +28,8 @@ The table is printed and written with the raw figures to ``<output_dir>/compare.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from convseq.data.preprocess import open_databin
 from convseq.errors import DataError
@@ -44,13 +42,14 @@ from convseq.evaluation.bootstrap import (
     paired_bootstrap,
     read_lines,
 )
+from convseq.tasks.config import Config
 
 __all__ = ["run_compare"]
 
 
-def _references(cfg: Mapping[str, Any], split: str) -> tuple[list[str], str]:
+def _references(cfg: Config, split: str) -> tuple[list[str], str]:
     """The reference lines and where they come from: compare.refs, else the data-bin's text."""
-    refs = (cfg.get("compare") or {}).get("refs")
+    refs = cfg.compare.refs
     if refs:
         lines = read_lines(refs)
         if not lines:
@@ -59,15 +58,20 @@ def _references(cfg: Mapping[str, Any], split: str) -> tuple[list[str], str]:
                 path=str(refs),
             )
         return lines, str(refs)
-    databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])
+    if cfg.data is None:
+        raise DataError(
+            "task=compare scores against compare.refs=FILE or the split of a data option "
+            "(data=NAME): give one of them"
+        )
+    databin = open_databin(cfg.data, cfg.paths.cache_dir)
     return databin.text(split, "tgt"), f"{databin.path} ({split} references)"
 
 
-def run_compare(cfg: Mapping[str, Any]) -> list[SystemResult]:
+def run_compare(cfg: Config) -> list[SystemResult]:
     """`python run.py task=compare compare.runs=[...]`: see the module docstring."""
-    opts = cfg.get("compare") or {}
-    split = str(opts.get("split", "test"))
-    runs = [str(r) for r in opts.get("runs") or []]
+    opts = cfg.compare
+    split = opts.split
+    runs = [str(r) for r in opts.runs]
     if len(runs) < 2:
         raise DataError(
             f"task=compare needs compare.runs=[BASELINE,OTHER,...] with at least two run folders "
@@ -76,18 +80,17 @@ def run_compare(cfg: Mapping[str, Any]) -> list[SystemResult]:
     paths = [hypothesis_file(r, split) for r in runs]  # every missing file fails before reading
     systems = [(name, read_lines(p)) for name, p in zip(runs, paths)]
     refs, refs_from = _references(cfg, split)
-    tokenize = str((cfg.get("gen") or {}).get("tokenize", "13a"))
     results, signature = paired_bootstrap(
         systems,
         refs,
-        n_samples=int(opts.get("n_samples", 1000)),
-        seed=int(opts.get("seed", 12345)),
-        tokenize=tokenize,
+        n_samples=opts.n_samples,
+        seed=opts.seed,
+        tokenize=cfg.gen.tokenize,
         paths=[str(p) for p in paths],
     )
     table = format_table(results, signature)
     print(table)
-    out_dir = Path(cfg["paths"]["output_dir"])
+    out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     record = {
         "split": split,

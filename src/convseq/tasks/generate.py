@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 import pytorch_lightning as pl
 
+from convseq.common.config import plain
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.base_databin import TEXT_SPLITS, BaseDataBin
 from convseq.data.preprocess import open_databin
@@ -78,6 +79,7 @@ from convseq.inference.generation import (
     predict_trainer,
     split_batches,
 )
+from convseq.inference.options import GenConfig
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import (
     best_texts,
@@ -87,6 +89,7 @@ from convseq.inference.records import (
     write_nbest,
 )
 from convseq.inference.translator import Translator, numbered
+from convseq.tasks.config import Config
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
 
@@ -112,14 +115,20 @@ class Job:
         return self.total if self.rows is None else len(self.rows)
 
 
-def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """`python run.py task=generate ckpt=...`: see the module docstring. Returns the results."""
-    task_threads(cfg.get("trainer"))  # this process's share of the CPUs
-    gen = dict(cfg.get("gen") or {})
+def run_generate(cfg: Config, data_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`python run.py task=generate ckpt=...`: see the module docstring. Returns the results.
+
+    Args:
+        cfg: the config; ``cfg.data`` None translates the checkpoint's own data.
+        data_overrides: ``data.KEY=...`` values the command line set without ``data=NAME``,
+            nested (e.g. ``{"dir": ...}``): put into the checkpoint's data settings.
+    """
+    task_threads(cfg.trainer)  # this process's share of the CPUs
+    gen = cfg.gen
     plot_attention = attention_plot_count(gen)
-    job = input_job(cfg, gen) if gen.get("input") else split_job(cfg, gen)
-    profiler = GenerationProfiler(job.translator.models) if gen.get("profile") else None
-    trainer = predict_trainer(cfg.get("trainer"))
+    job = input_job(cfg) if gen.input else split_job(cfg, data_overrides)
+    profiler = GenerationProfiler(job.translator.models) if gen.profile else None
+    trainer = predict_trainer(cfg.trainer)
 
     if profiler is not None:
         profiler.start()
@@ -133,44 +142,63 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     with _phase(profiler, "detok"):
         hyps, records, listed = output_lines(job, records)
     with _phase(profiler, "scoring"):
-        scores = None
-        if job.refs is not None:
-            scores = corpus_scores(hyps, job.refs, tokenize=str(gen.get("tokenize", "13a")))
+        scores = None if job.refs is None else corpus_scores(hyps, job.refs, gen.tokenize)
     if profiler is not None:
         profiler.stop()
 
-    out_dir = Path(gen.get("output") or cfg["paths"]["output_dir"])
+    out_dir = Path(gen.output or cfg.paths.output_dir)
     hyp_path, attention_pngs = write_outputs(out_dir, job, hyps, listed, records, plot_attention)
     tokens = generated_tokens(records)
     result = {
         **job.about,
-        "checkpoints": checkpoint_paths(cfg.get("ckpt")),
+        "checkpoints": checkpoint_paths(cfg.ckpt),
         "sentences": job.total,
         "tokens": tokens,
         "seconds": seconds,
         "scores": None if scores is None else scores.as_dict(),
-        "options": job.translator.options.search_kwargs(),
-        "max_tokens": gen.get("max_tokens"),
-        "batch_size": gen.get("batch_size"),
-        "precision": str(gen.get("precision") or "fp32"),
+        "options": gen.search_kwargs(),
+        "max_tokens": gen.max_tokens,
+        "batch_size": gen.batch_size,
+        "precision": gen.precision,
         "devices": trainer.world_size,
         "sentences_per_rank": per_rank,
     }
     if attention_pngs:
         result["attention_plots"] = [str(p) for p in attention_pngs]
-    profile_png = None
-    if profiler is not None:
-        result["profile"] = profiler.report()
-        profile_png = write_time_breakdown(
-            profiler.rows(),
-            profiler.wall,
-            out_dir / f"generate-{job.name}.profile.png",
-            title=f"Where the time goes (generate {job.name})",
-        )
-        result["profile_chart"] = str(profile_png)
+    profile_png = _profile(profiler, result, out_dir, job.name)
     (out_dir / f"generate-{job.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    _report(len(records), result, scores, profiler, profile_png, attention_pngs, hyp_path)
+    return result
 
-    print(speed_line(len(records), tokens, seconds))
+
+def _profile(
+    profiler: GenerationProfiler | None, result: dict[str, Any], out_dir: Path, name: str
+) -> Path | None:
+    """With ``gen.profile``: the breakdown into ``result`` and its chart written (its path)."""
+    if profiler is None:
+        return None
+    result["profile"] = profiler.report()
+    png = write_time_breakdown(
+        profiler.rows(),
+        profiler.wall,
+        out_dir / f"generate-{name}.profile.png",
+        title=f"Where the time goes (generate {name})",
+    )
+    result["profile_chart"] = str(png)
+    return png
+
+
+def _report(
+    translated: int,
+    result: dict[str, Any],
+    scores: Any,
+    profiler: GenerationProfiler | None,
+    profile_png: Path | None,
+    attention_pngs: list[Path],
+    hyp_path: Path,
+) -> None:
+    """What a generate run prints when it ends: speed, scores, profile, files."""
+    print(speed_line(translated, result["tokens"], result["seconds"]))
     for line in scores.lines() if scores is not None else []:
         print(line)
     if profiler is not None:
@@ -179,10 +207,9 @@ def run_generate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if attention_pngs:
         print(
             f"convseq: {len(attention_pngs)} attention heatmap(s) written to "
-            f"{out_dir}/attention-{job.name}-*.png"
+            f"{attention_pngs[0].parent}/attention-*.png"
         )
     print(f"convseq: hypotheses written to {hyp_path}", flush=True)
-    return result
 
 
 def write_outputs(
@@ -204,12 +231,12 @@ def write_outputs(
     return hyp_path, pngs
 
 
-def attention_plot_count(gen: Mapping[str, Any]) -> int:
+def attention_plot_count(gen: GenConfig) -> int:
     """``gen.plot_attention``, checked: a count >= 0, and attention on when it is above 0."""
-    n = int(gen.get("plot_attention") or 0)
+    n = gen.plot_attention
     if n < 0:
         raise GenerationError(f"gen.plot_attention={n}: give a number of sentences >= 0 (0 = off)")
-    if n > 0 and not gen.get("need_attn", True):
+    if n > 0 and not gen.need_attn:
         raise GenerationError(
             f"gen.plot_attention={n} draws the search's attention, but gen.need_attn=false turns "
             "it off: set gen.need_attn=true (or gen.plot_attention=0)"
@@ -220,26 +247,28 @@ def attention_plot_count(gen: Mapping[str, Any]) -> int:
 # ---------------------------------------------------------------------------- what to translate
 
 
-def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
+def split_job(cfg: Config, data_overrides: Mapping[str, Any] | None = None) -> Job:
     """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text.
 
-    ``cfg["data"]`` None (not given): the data the checkpoint was trained on; a data config:
-    checked against the checkpoint's before and after its data-bin is built
-    (`convseq.inference.data_match`).
+    ``cfg.data`` None (not given): the data the checkpoint was trained on, with
+    ``data_overrides`` put in; a data config: checked against the checkpoint's before and after
+    its data-bin is built (`convseq.inference.data_match`).
     """
-    split = str(gen.get("split", "test"))
+    gen = cfg.gen
+    split = gen.split
     if split == "train":
         raise DataError(
             f"gen.split={split!r}: BLEU needs the split's reference text, kept for "
             f"{TEXT_SPLITS} and the extra test sets (data.test_sets)"
         )
     # read first: a wrong path fails before the checkpoint is loaded
-    reference = read_input(gen["reference"], "gen.reference") if gen.get("reference") else None
-    translator = load_translator(cfg, databin=None)
-    cache_dir = cfg["paths"]["cache_dir"]
-    overrides = cfg.get("data_overrides")  # data.KEY=... given without data=NAME
-    data = data_to_translate(translator.trained_on, cfg.get("data"), cache_dir, overrides)
-    given = data if cfg.get("data") is not None or overrides else None
+    reference = read_input(gen.reference, "gen.reference") if gen.reference else None
+    translator = load_translator(cfg.ckpt, gen, cfg.trainer.accelerator)
+    cache_dir = cfg.paths.cache_dir
+    # a data config is compared with what the checkpoint records of its data: plain values
+    chosen = None if cfg.data is None else plain(cfg.data)
+    data = data_to_translate(translator.trained_on, chosen, cache_dir, data_overrides)
+    given = data if chosen is not None or data_overrides else None
     databin = open_databin(data, cache_dir)
     if split not in databin.scored_splits():
         raise DataError(
@@ -253,7 +282,7 @@ def split_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
     refs = (
         list(databin.text(split, "tgt"))
         if reference is None
-        else split_reference(reference, databin, split, gen["reference"])
+        else split_reference(reference, databin, split, gen.reference)
     )
     batches = split_batches(translator, databin, split, gen)
     about = (
@@ -283,22 +312,24 @@ def split_reference(reference: TextFile, databin: BaseDataBin, split: str, given
     return list(reference.lines)
 
 
-def input_job(cfg: Mapping[str, Any], gen: Mapping[str, Any]) -> Job:
+def input_job(cfg: Config) -> Job:
     """The lines of ``gen.input`` (and ``gen.reference``'s, if given); no data-bin is read.
 
     The files are checked before the checkpoint is loaded, so a wrong path fails at once.
     """
-    source = read_input(gen["input"], "gen.input")
+    gen = cfg.gen
+    source = read_input(gen.input, "gen.input")
     if not source.lines:
         raise DataError("gen.input is empty: no line to translate", path=str(source.path))
     refs, ref_path = None, None
-    if gen.get("reference"):
-        reference = read_input(gen["reference"], "gen.reference")
+    if gen.reference:
+        reference = read_input(gen.reference, "gen.reference")
         check_line_counts(source, reference)
         refs, ref_path = reference.lines, str(reference.path)
-    translator = load_translator(cfg, databin=None)  # the checkpoint's own segmentation
-    if cfg.get("data") is not None:  # given, though unused: it must still be the model's
-        check_given_data(translator.trained_on, cfg["data"])
+    # the checkpoint's own segmentation
+    translator = load_translator(cfg.ckpt, gen, cfg.trainer.accelerator)
+    if cfg.data is not None:  # given, though unused: it must still be the model's
+        check_given_data(translator.trained_on, plain(cfg.data))
     encoded, rows = encode_lines(translator, source)
     batches = None
     if encoded:

@@ -22,6 +22,9 @@ import pytorch_lightning as pl
 from convseq.checkpoints.fairseq import load_fairseq
 from convseq.checkpoints.io import atomic_torch_save
 from convseq.errors import CheckpointError
+from convseq.optim.config import OptimConfig
+from convseq.tasks.config import Config
+from convseq.training.config import CriterionConfig
 from convseq.training.module import ConvSeqModule
 
 __all__ = ["import_fairseq", "run_import_fairseq"]
@@ -31,8 +34,8 @@ def import_fairseq(
     checkpoint_path: str | os.PathLike,
     output_path: str | os.PathLike,
     dict_dir: str | os.PathLike | None = None,
-    optim: Mapping[str, Any] | None = None,
-    criterion: Mapping[str, Any] | None = None,
+    optim: OptimConfig | Mapping[str, Any] | None = None,
+    criterion: CriterionConfig | Mapping[str, Any] | None = None,
 ) -> Path:
     """Convert a fairseq fconv checkpoint; return the written convseq checkpoint's path.
 
@@ -68,18 +71,12 @@ def import_fairseq(
     return output
 
 
-def run_import_fairseq(cfg: dict[str, Any]) -> Path:
+def run_import_fairseq(cfg: Config) -> Path:
     """Convert the fairseq checkpoint `ckpt` to a convseq checkpoint."""
-    if not cfg.get("ckpt"):
+    if not cfg.ckpt:
         raise CheckpointError("task=import_fairseq needs ckpt=PATH: a fairseq fconv checkpoint")
-    opts = cfg.get("import_fairseq") or {}
-    output = opts.get("output") or str(Path(cfg["paths"]["output_dir"]) / "imported.ckpt")
-    path = import_fairseq(
-        cfg["ckpt"],
-        output,
-        opts.get("dict_dir"),
-        optim=cfg.get("optim"),
-        criterion=cfg.get("criterion"),
-    )
+    opts = cfg.import_fairseq
+    output = opts.output or str(Path(cfg.paths.output_dir) / "imported.ckpt")
+    path = import_fairseq(cfg.ckpt, output, opts.dict_dir, optim=cfg.optim, criterion=cfg.criterion)
     print(f"convseq checkpoint written: {path}")
     return path

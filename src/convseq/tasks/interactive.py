@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO
 
 import torch
 
+from convseq.common.config import plain
 from convseq.common.parallel_jobs import task_threads
 from convseq.errors import ConvseqError
 from convseq.inference.data_match import check_given_data
 from convseq.inference.generation import checkpoint_paths, load_translator
 from convseq.inference.translator import Translator
+from convseq.tasks.config import Config
 
 SEPARATOR = " ||| "
 
@@ -84,7 +85,7 @@ def _keep_stdout_for_answers(stdout: IO[str]) -> None:
 
 
 def run_interactive(
-    cfg: Mapping[str, Any],
+    cfg: Config,
     stdin: IO[bytes] | None = None,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
@@ -93,18 +94,18 @@ def run_interactive(
     stdin = stdin if stdin is not None else sys.stdin.buffer
     stdout = stdout if stdout is not None else sys.stdout
     stderr = stderr if stderr is not None else sys.stderr
-    task_threads(cfg.get("trainer"))  # this process's share of the CPUs
+    task_threads(cfg.trainer)  # this process's share of the CPUs
     _keep_stdout_for_answers(stdout)
-    translator = load_translator(cfg, databin=None)
-    if cfg.get("data") is not None:  # given: it must be the data the model was trained on
-        check_given_data(translator.trained_on, cfg["data"])
-    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "cpu"))
+    accelerator = cfg.trainer.accelerator
+    translator = load_translator(cfg.ckpt, cfg.gen, accelerator, databin=None)
+    if cfg.data is not None:  # given: it must be the data the model was trained on
+        check_given_data(translator.trained_on, plain(cfg.data))
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         translator.to("cuda")
     opts = translator.options
     seg = "sentencepiece" if translator.src_segmenter.model is not None else "whitespace tokens"
     print(
-        f"convseq: translating stdin with {', '.join(checkpoint_paths(cfg.get('ckpt')))} "
+        f"convseq: translating stdin with {', '.join(checkpoint_paths(cfg.ckpt))} "
         f"(beam {opts.beam}, lenpen {opts.lenpen}, {seg}); one line in, one line out",
         file=stderr,
         flush=True,

@@ -9,15 +9,15 @@ splits in the shared cache, keyed by their inputs (a second call reuses them).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from convseq.data.preprocess import prepare_databin
+from convseq.tasks.config import Config
 
 __all__ = ["run_preprocess"]
 
 
-def run_preprocess(cfg: dict[str, Any]) -> Path:
-    """Build (or reuse) the data-bin of `cfg["data"]` in the shared cache; return its folder."""
-    path = prepare_databin(cfg["data"], cfg["paths"]["cache_dir"])
+def run_preprocess(cfg: Config) -> Path:
+    """Build (or reuse) the data-bin of `cfg.data` in the shared cache; return its folder."""
+    path = prepare_databin(cfg.data, cfg.paths.cache_dir)
     print(f"data-bin ready: {path}")
     return path

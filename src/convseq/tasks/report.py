@@ -11,24 +11,21 @@ command, not this task's: see studies/README.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from convseq.errors import DataError
 from convseq.evaluation.report import write_report
+from convseq.tasks.config import Config
 
 __all__ = ["run_report"]
 
 
-def run_report(cfg: dict[str, Any]) -> dict[str, Path]:
+def run_report(cfg: Config) -> dict[str, Path]:
     """Summarise the multirun in `sweep_dir`; print it."""
-    if not cfg.get("sweep_dir"):
+    if not cfg.sweep_dir:
         raise DataError(
             "task=report needs sweep_dir=PATH: the folder of a multirun (its hydra.sweep.dir)"
         )
-    report = cfg.get("report") or {}
-    files = write_report(
-        cfg["sweep_dir"], test=bool(report.get("test")), x=str(report.get("x", "epoch"))
-    )
+    files = write_report(cfg.sweep_dir, test=cfg.report.test, x=cfg.report.x)
     print(files["markdown"].read_text(), end="")
     print(f"convseq: sweep report written: {', '.join(str(p) for p in files.values())}")
     return files

@@ -1,4 +1,4 @@
-"""`task=train`: `train(cfg)`, what `python run.py` does, over the plain resolved config.
+"""`task=train`: `train(cfg)`, what `python run.py` does, over the typed config.
 
 Seeds, prepares the data-bin (once: the data module is handed it), builds the model from the
 dictionaries' sizes, the data module and the Trainer with convseq's callbacks, fits (or
@@ -39,6 +39,7 @@ from typing import Any
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import DictConfig
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_only
 
 from convseq.checkpoints.io import (
@@ -51,7 +52,6 @@ from convseq.checkpoints.io import (
 )
 from convseq.common.clock import command_start
 from convseq.common.parallel_jobs import task_threads
-from convseq.common.plain import to_plain
 from convseq.data.datamodule import TranslationDataModule
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
@@ -64,6 +64,7 @@ from convseq.evaluation.history import (
 )
 from convseq.inference.records import write_hypotheses
 from convseq.optim.warmup import check_update_schedule
+from convseq.tasks.config import Config, as_config
 from convseq.training.bleu import TestBleu, wants_valid_bleu
 from convseq.training.build import (
     build_callbacks,
@@ -73,6 +74,7 @@ from convseq.training.build import (
     check_resume,
     stop_reason,
 )
+from convseq.training.config import TrainConfig
 from convseq.training.header import header_lines, log_header
 from convseq.training.interruption import (
     CONTINUE_WITH,
@@ -105,16 +107,19 @@ def _report(output_dir: Path, summary: dict[str, Any]) -> None:
         print(f"convseq: {line}", flush=True)
 
 
-def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) -> float:
+def train(
+    cfg: Config | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None = None
+) -> float:
     """Train (or continue training) the model `cfg` describes; see the module docstring.
 
     Args:
-        cfg: the resolved config as plain dicts (`convseq.common.plain.to_plain`).
+        cfg: the config: a `Config` (what the command line passes), or a DictConfig or a
+            mapping of its keys, typed here (`convseq.tasks.config.as_config`).
         callbacks: extra Lightning callbacks, called after convseq's own (except checkpointing,
             which Lightning always calls last).
 
     Returns:
-        The best value of `cfg["optimized_metric"]` over the run's validations (NaN if none).
+        The best value of `cfg.optimized_metric` over the run's validations (NaN if none).
 
     Raises:
         ConvseqError: bad data, settings or checkpoints, with a message naming them.
@@ -122,9 +127,11 @@ def train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None = None) ->
     return float(_train(cfg, callbacks)["best_value"])
 
 
-def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[str, Any]:
+def _train(
+    cfg: Config | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None
+) -> dict[str, Any]:
     """`train`'s work; returns the run's summary (what summary.json holds)."""
-    cfg = to_plain(cfg)
+    cfg = as_config(cfg)
     t_start = time.perf_counter()
     started = command_start()  # the clock of the run's time to quality
     # Epoch-level figures are already summed over DDP ranks before they are logged.
@@ -132,7 +139,7 @@ def _train(cfg: Mapping[str, Any], callbacks: list[pl.Callback] | None) -> dict[
         "ignore", message=r"It is recommended to use `self.log\('(train_epoch|valid|test)/"
     )
     quiet_third_party()  # Lightning's litlogger tip and its own deprecation warning
-    output_dir = Path(cfg["paths"]["output_dir"]).absolute()
+    output_dir = Path(cfg.paths.output_dir).absolute()
     resume = _open_run_folder(cfg, output_dir)
     run = _build_run(cfg, output_dir, resume, callbacks)
     run.module.command_started = started
@@ -159,7 +166,7 @@ def _requeue(run: _Run) -> None:
 class _Run:
     """One training run's parts, as `_build_run` puts them together."""
 
-    cfg: dict[str, Any]
+    cfg: TrainConfig
     output_dir: Path
     resume: Path | None  # the checkpoint the run continues from
     module: ConvSeqModule
@@ -189,7 +196,7 @@ class _Fit:
     validations: list[dict[str, Any]]  # every validation (minutes included)
 
 
-def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
+def _open_run_folder(cfg: TrainConfig, output_dir: Path) -> Path | None:
     """The checkpoint to resume from (None: a new run), the run folder checked for it.
 
     A new run refuses a folder that already holds one (`resume=auto` continues it instead; a
@@ -198,7 +205,7 @@ def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
     temporary files of a process killed while saving.
     """
     ckpt_dir = output_dir / CHECKPOINT_DIR
-    resume = resolve_resume(cfg.get("resume", False), output_dir)
+    resume = resolve_resume(cfg.resume, output_dir)
     refuse_hpc_checkpoints(output_dir, resume)  # Lightning would continue from one by itself
     if resume is None and (ckpt_dir / LAST).exists():
         raise CheckpointError(
@@ -214,7 +221,7 @@ def _open_run_folder(cfg: Mapping[str, Any], output_dir: Path) -> Path | None:
 
 
 def _build_run(
-    cfg: dict[str, Any],
+    cfg: TrainConfig,
     output_dir: Path,
     resume: Path | None,
     callbacks: list[pl.Callback] | None,
@@ -223,13 +230,12 @@ def _build_run(
     module, convseq's callbacks and the Trainer; a resumed run's metrics.csv loses the rows
     logged after the checkpoint."""
     ckpt_dir = output_dir / CHECKPOINT_DIR
-    seed = int(cfg.get("seed", 1))
-    threads = task_threads(cfg["trainer"])  # each process's share of the CPUs, before anything runs
-    pl.seed_everything(seed, workers=True, verbose=False)
+    threads = task_threads(cfg.trainer)  # each process's share of the CPUs, before anything runs
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
     # a schedule or a BLEU period that cannot run fails now, not after the data-bin is built
-    check_update_schedule(cfg["anneal"], cfg["optim"]["lr"], int(cfg.get("max_update") or 0))
+    check_update_schedule(cfg.anneal, cfg.optim.lr, cfg.max_update)
     wants_valid_bleu(cfg)
-    databin = open_databin(cfg["data"], cfg["paths"]["cache_dir"])  # convseq's or fairseq's
+    databin = open_databin(cfg.data, cfg.paths.cache_dir)  # convseq's or fairseq's
     module = build_module(cfg, databin)
     # the data's segmentation travels in the checkpoints: raw text translates without the data
     module.text_processing = databin.text_processing()
@@ -268,7 +274,7 @@ def _fit(run: _Run) -> _Fit:
     validations = [dict(v) for v in module.validations]
     seconds = module.training_seconds()
     best_path = getattr(run.callbacks["best"], "best_model_path", "") or ""
-    max_epochs = int(run.cfg["trainer"].get("max_epochs") or 0)
+    max_epochs = run.cfg.trainer.max_epochs
     reason = stop_reason(trainer, run.callbacks, max_epochs)
     # a signal cuts the run short unless it came in the epoch where a rule or limit ended it
     limit = stop_reason(trainer, run.callbacks, max_epochs, include_signal=False)
@@ -294,7 +300,7 @@ def _final_test(run: _Run, fit: _Fit) -> tuple[Path | None, dict[str, dict]]:
     """
     module, trainer = run.module, run.trainer
     # final_test=false: a tuning run never evaluates on test
-    evaluate = bool(run.cfg.get("final_test", True)) and fit.signal is None
+    evaluate = run.cfg.final_test and fit.signal is None
     if evaluate:
         # a fast_dev_run tests the weights in memory, other runs best.ckpt's
         ckpt_path = None if trainer.fast_dev_run else (fit.best_path or None)
@@ -325,9 +331,8 @@ def _summary(
 ) -> dict[str, Any]:
     """summary.json's content (see the module docstring), with the best `optimized_metric`."""
     cfg, module, ckpt_dir = run.cfg, run.module, run.ckpt_dir
-    metric = str(cfg.get("optimized_metric") or "valid/loss")
-    ck = cfg.get("checkpoint") or {}
-    maximize = metric == ck.get("monitor") and ck.get("mode") == "max"
+    metric = cfg.optimized_metric
+    maximize = metric == cfg.checkpoint.monitor and cfg.checkpoint.mode == "max"
     validations = fit.validations  # the module now holds best.ckpt's, up to the best epoch
     by_updates = validation_interval(cfg) > 0
     best_value, best_epoch = best_of(validations if by_updates else fit.history, metric, maximize)
@@ -411,7 +416,7 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def run_train(cfg: dict[str, Any]) -> float:
+def run_train(cfg: Config) -> float:
     """`python run.py task=train`: train, and return the best `optimized_metric` value.
 
     A run cut short by a signal exits with 75 (`EX_TEMPFAIL`) once its summary is written: on

@@ -16,14 +16,15 @@ it is refused with a message.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 
+from convseq.common.config import TrainerConfig
 from convseq.errors import NonFiniteError
 from convseq.inference.precision import PrecisionError, cpu_has, device_type
+from convseq.training.config import AmpConfig
 
 FP16 = ("16-mixed", "16")
 log = logging.getLogger(__name__)
@@ -44,47 +45,47 @@ class LossScaler(torch.amp.GradScaler):
         self.min_scale = float(min_scale)
 
 
-def process_count(trainer: Mapping[str, Any]) -> int:
+def process_count(trainer: TrainerConfig) -> int:
     """Data-parallel processes of ``trainer``: devices per node (a count, ids or auto) x nodes."""
-    devices = trainer.get("devices", 1)
+    devices = trainer.devices
     if isinstance(devices, (list, tuple)):
         count = len(devices)
     elif str(devices) in ("auto", "-1"):
         count = max(torch.cuda.device_count(), 1)
     else:
         count = int(devices)
-    return max(count, 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
+    return max(count, 1) * max(trainer.num_nodes, 1)
 
 
-def scale_window(amp: Mapping[str, Any], trainer: Mapping[str, Any]) -> int:
+def scale_window(amp: AmpConfig, trainer: TrainerConfig) -> int:
     """``amp.scale_window``, or fairseq's default 2**14 / processes / accumulated batches."""
-    window = amp.get("scale_window")
+    window = amp.scale_window
     if window is None:
-        accumulate = max(int(trainer.get("accumulate_grad_batches", 1) or 1), 1)
+        accumulate = max(trainer.accumulate_grad_batches, 1)
         window = 2**14 // process_count(trainer) // accumulate
     if int(window) < 1:
         raise PrecisionError(f"amp.scale_window={window}: give a number of updates >= 1")
     return int(window)
 
 
-def cuda_devices(trainer: Mapping[str, Any]) -> list[tuple[int, str, tuple[int, int]]]:
+def cuda_devices(trainer: TrainerConfig) -> list[tuple[int, str, tuple[int, int]]]:
     """(index, name, compute capability) of the CUDA devices `trainer` trains on; [] on the
     CPU or without CUDA (Lightning reports a missing GPU itself)."""
-    if device_type(trainer.get("accelerator")) == "cpu" or not torch.cuda.is_available():
+    if device_type(trainer.accelerator) == "cpu" or not torch.cuda.is_available():
         return []
-    devices = trainer.get("devices", 1)
+    devices = trainer.devices
     ids = list(devices) if isinstance(devices, (list, tuple)) else range(torch.cuda.device_count())
     return [(i, torch.cuda.get_device_name(i), torch.cuda.get_device_capability(i)) for i in ids]
 
 
-def warn_fp16(trainer: Mapping[str, Any]) -> list[str]:
+def warn_fp16(trainer: TrainerConfig) -> list[str]:
     """16-mixed below compute capability 7.0 (a P40, 6.1): no fp16 tensor cores, so fp16 buys
     no speed there and adds loss scaling and its skipped updates. Logs the advice (fp32) once per
     such device and returns the messages."""
-    if str(trainer.get("precision")) not in FP16:
+    if str(trainer.precision) not in FP16:
         return []
     messages = [
-        f"trainer.precision={trainer.get('precision')} on {name} (compute capability "
+        f"trainer.precision={trainer.precision} on {name} (compute capability "
         f"{major}.{minor}): below 7.0 a GPU has no fp16 tensor cores, so fp16 is not faster than "
         "fp32 there and adds loss scaling (skipped updates); trainer.precision=32-true is the "
         "choice on this card"
@@ -96,15 +97,15 @@ def warn_fp16(trainer: Mapping[str, Any]) -> list[str]:
     return messages
 
 
-def check_bf16(trainer: Mapping[str, Any]) -> None:
+def check_bf16(trainer: TrainerConfig) -> None:
     """Refuse bf16 where it has no arithmetic: CUDA devices of compute capability < 8.0, and
     CPUs without AVX-512 BF16 (there bf16 is emulated, slower than fp32)."""
-    if str(trainer.get("precision")) not in BF16:
+    if str(trainer.precision) not in BF16:
         return
-    if device_type(trainer.get("accelerator")) == "cpu":
+    if device_type(trainer.accelerator) == "cpu":
         if not cpu_has("bf16"):
             raise PrecisionError(
-                f"trainer.precision={trainer.get('precision')} on the CPU needs AVX-512 BF16 "
+                f"trainer.precision={trainer.precision} on the CPU needs AVX-512 BF16 "
                 "instructions, which this CPU lacks (bf16 would be emulated, slower than fp32); "
                 "use trainer.precision=32-true here, or bf16-mixed on a CPU that has them "
                 "(e.g. AMD Zen 4, Intel Cooper Lake / Sapphire Rapids) or an Ampere+ GPU"
@@ -113,33 +114,31 @@ def check_bf16(trainer: Mapping[str, Any]) -> None:
     for _, name, (major, minor) in cuda_devices(trainer):
         if (major, minor) < (8, 0):
             raise PrecisionError(
-                f"trainer.precision={trainer.get('precision')}: {name} (compute capability "
+                f"trainer.precision={trainer.precision}: {name} (compute capability "
                 f"{major}.{minor}) has no bfloat16 arithmetic (it needs 8.0, Ampere or newer); "
                 "use trainer.precision=16-mixed (fp16 with loss scaling, fairseq's --fp16) or "
                 "trainer.precision=32-true"
             )
 
 
-def precision_plugins(cfg: Mapping[str, Any]) -> tuple[str | None, list[Any]]:
-    """(the ``precision`` to give the Trainer, or None; plugins to add) for ``cfg``.
+def precision_plugins(trainer: TrainerConfig, amp: AmpConfig) -> tuple[str | None, list[Any]]:
+    """(the ``precision`` to give the Trainer, or None; plugins to add) for ``trainer``.
 
-    16-mixed becomes a `MixedPrecision` plugin with a `LossScaler` from ``cfg.amp``; other
+    16-mixed becomes a `MixedPrecision` plugin with a `LossScaler` from ``amp``; other
     precisions go to the Trainer as they are, after `check_bf16`.
     """
-    trainer = cfg["trainer"]
-    precision = trainer.get("precision")
+    precision = trainer.precision
     check_bf16(trainer)
     warn_fp16(trainer)
     if str(precision) not in FP16:
         return precision, []
-    amp = cfg.get("amp") or {}
-    init_scale, min_scale = float(amp.get("init_scale", 128.0)), float(amp.get("min_scale", 1e-4))
+    init_scale, min_scale = float(amp.init_scale), float(amp.min_scale)
     if not 0 < min_scale <= init_scale:
         raise PrecisionError(
             f"amp.min_scale={min_scale} and amp.init_scale={init_scale}: need "
             "0 < min_scale <= init_scale"
         )
-    device = device_type(trainer.get("accelerator"))
+    device = device_type(trainer.accelerator)
     scaler = LossScaler(device, init_scale, scale_window(amp, trainer), min_scale)
     return None, [MixedPrecision("16-mixed", device, scaler)]
 

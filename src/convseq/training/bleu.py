@@ -11,42 +11,42 @@ inside Lightning's loop, so the module is still on the device that trained it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytorch_lightning as pl
 
 from convseq.common.distributed import rank_and_world
+from convseq.data.databin import DataBin
 from convseq.errors import DataError
 from convseq.evaluation.scores import Scores, corpus_scores
 from convseq.inference.generation import translate_split
-from convseq.inference.options import GenOptions
+from convseq.inference.options import GenConfig
 from convseq.inference.sharding import broadcast_object
 from convseq.inference.translator import translator_of
+from convseq.training.config import TrainConfig
 
 VALID_BLEU = "valid/bleu"
 
 
 def model_scores(
-    module: Any, databin: Any, split: str, gen: Mapping[str, Any] | None
+    module: Any, databin: DataBin, split: str, gen: GenConfig
 ) -> tuple[Scores, list[str]]:
     """BLEU/chrF of a ConvSeqModule translating ``split`` with the ``gen`` settings.
 
     Runs without a Trainer (inside training hooks too); the module's train/eval flags and
     weights come out unchanged. Returns the scores and the best hypotheses, in input order.
     """
-    gen = dict(gen or {})
     translator = translator_of(module)
-    hyps = translate_split(translator, databin, split, gen, GenOptions.from_mapping(gen))
+    hyps = translate_split(translator, databin, split, gen)
     rank, _ = rank_and_world()
     scores = None
     if rank == 0:  # scored once; the figures travel to the other ranks
         refs = databin.text(split, "tgt")
-        scores = corpus_scores(hyps, refs, tokenize=str(gen.get("tokenize", "13a")))
+        scores = corpus_scores(hyps, refs, tokenize=gen.tokenize)
     return broadcast_object(scores), hyps
 
 
-def wants_valid_bleu(cfg: Mapping[str, Any]) -> int:
+def wants_valid_bleu(cfg: TrainConfig) -> int:
     """Every how many epochs validation BLEU is computed (0: never).
 
     ``bleu_every_n_epochs``; unset (null), every epoch when ``checkpoint.monitor`` (``patience``
@@ -54,14 +54,12 @@ def wants_valid_bleu(cfg: Mapping[str, Any]) -> int:
     would leave such a metric missing after a validation (0 included) is refused, naming the keys
     to change, rather than silently overridden.
     """
-    raw = cfg.get("bleu_every_n_epochs")
-    every = None if raw is None else int(raw)
-    monitor = (cfg.get("checkpoint") or {}).get("monitor")
+    every = cfg.bleu_every_n_epochs
     keys = [
         f"{key}={VALID_BLEU}"
         for key, value in (
-            ("checkpoint.monitor", monitor),
-            ("optimized_metric", cfg.get("optimized_metric")),
+            ("checkpoint.monitor", cfg.checkpoint.monitor),
+            ("optimized_metric", cfg.optimized_metric),
         )
         if value == VALID_BLEU
     ]
@@ -94,9 +92,9 @@ class ValidBleu(pl.Callback):
         gen: the `gen` config group (beam, lenpen, max_tokens, ...).
     """
 
-    def __init__(self, every: int, gen: Mapping[str, Any] | None):
+    def __init__(self, every: int, gen: GenConfig):
         self.every = int(every)
-        self.gen = dict(gen or {})
+        self.gen = gen
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.every <= 0:
@@ -124,8 +122,8 @@ class TestBleu(pl.Callback):
 
     __test__ = False  # not a pytest class, whatever its name
 
-    def __init__(self, gen: Mapping[str, Any] | None):
-        self.gen = dict(gen or {})
+    def __init__(self, gen: GenConfig):
+        self.gen = gen
         self.scores: Scores | None = None
         self.hypotheses: list[str] = []
         self.extra: dict[str, tuple[Scores, list[str]]] = {}

@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Timer
 
 from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
+from convseq.common.config import plain
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
 from convseq.errors import CheckpointError
@@ -26,6 +27,7 @@ from convseq.training.callbacks import (
     MaxUpdateCallback,
     RNGStateCallback,
 )
+from convseq.training.config import TrainConfig
 from convseq.training.intervals import UpdateCheckpoint, validation_interval
 from convseq.training.intervals import trainer_arguments as interval_arguments
 from convseq.training.last_checkpoint import BestAndLast
@@ -40,6 +42,9 @@ from convseq.training.slurm import cluster_plugins, requeue_signal
 from convseq.training.strategy import strategy_argument
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
+# TrainerConfig keys that are convseq's, or that build_trainer passes its own way
+_NOT_TRAINER_ARGUMENTS = ("progress", "threads", "tf32", "max_epochs", "precision")
+
 __all__ = [
     "build_callbacks",
     "build_datamodule",
@@ -50,31 +55,31 @@ __all__ = [
 ]
 
 
-def build_module(cfg: Mapping[str, Any], databin: DataBin) -> ConvSeqModule:
+def build_module(cfg: TrainConfig, databin: DataBin) -> ConvSeqModule:
     """A freshly initialised ConvSeqModule for the data-bin's dictionaries."""
     return ConvSeqModule(
-        model=cfg["model"],
+        model=cfg.model,
         src_vocab=databin.src_dict.to_list(),
         tgt_vocab=databin.tgt_dict.to_list(),
-        optim=cfg["optim"],
-        criterion=cfg.get("criterion") or {},
+        optim=cfg.optim,
+        criterion=cfg.criterion,
     )
 
 
 def build_datamodule(
-    cfg: Mapping[str, Any], module: ConvSeqModule, databin: DataBin | None = None
+    cfg: TrainConfig, module: ConvSeqModule, databin: DataBin | None = None
 ) -> TranslationDataModule:
     """The data module, its length limits the tighter of the data's and the model's positions.
 
     Given the run's `databin` (already prepared), it prepares none itself.
     """
     src_pos, tgt_pos = module.model.max_positions()
-    max_pos = int(cfg["data"].get("max_positions", 1022))
+    max_pos = cfg.data.max_positions
     return TranslationDataModule(
-        cfg["data"],
-        cfg["batching"],
-        cfg["paths"]["cache_dir"],
-        seed=int(cfg.get("seed", 1)),
+        cfg.data,
+        cfg.batching,
+        cfg.paths.cache_dir,
+        seed=cfg.seed,
         max_source_positions=min(max_pos, src_pos),
         max_target_positions=min(max_pos, tgt_pos),
         databin=databin,
@@ -82,7 +87,7 @@ def build_datamodule(
 
 
 def build_callbacks(
-    cfg: Mapping[str, Any], ckpt_dir: Path, resume: Path | None = None
+    cfg: TrainConfig, ckpt_dir: Path, resume: Path | None = None
 ) -> dict[str, pl.Callback]:
     """convseq's callbacks by name, in the order Lightning must call them.
 
@@ -90,31 +95,28 @@ def build_callbacks(
     their order here; the others run in the order of this dict.
 
     Args:
-        cfg: the run's plain config.
+        cfg: the run's config.
         ckpt_dir: the run's checkpoints folder.
         resume: the checkpoint this rank continues from (None: a new run); under DDP every
             rank must have chosen the same (`ResumeAgreement`).
     """
-    ck = cfg.get("checkpoint") or {}
-    monitor, mode = ck.get("monitor", "valid/loss"), ck.get("mode", "min")
-    cbs = {**_state_callbacks(cfg, ckpt_dir), **_checkpoint_callbacks(cfg, ckpt_dir, monitor, mode)}
-    patience = int(cfg.get("patience", -1) or -1)
-    if patience > 0:
-        cbs["patience"] = Patience(monitor=monitor, mode=mode, patience=patience, verbose=True)
+    monitor, mode = cfg.checkpoint.monitor, cfg.checkpoint.mode
+    cbs = {**_state_callbacks(cfg, ckpt_dir), **_checkpoint_callbacks(cfg, ckpt_dir)}
+    if cfg.patience > 0:
+        cbs["patience"] = Patience(monitor=monitor, mode=mode, patience=cfg.patience, verbose=True)
     every = wants_valid_bleu(cfg)
     if every:
-        cbs["valid_bleu"] = ValidBleu(every, cfg.get("gen"))
-    gen = cfg.get("gen") or {}
-    if cfg.get("final_test", True) and gen.get("test_bleu", True):
-        cbs["test_bleu"] = TestBleu(gen)
-    if cfg.get("profile"):
+        cbs["valid_bleu"] = ValidBleu(every, cfg.gen)
+    if cfg.final_test and cfg.gen.test_bleu:
+        cbs["test_bleu"] = TestBleu(cfg.gen)
+    if cfg.profile:
         cbs["profile"] = LoggingTimer()
     # per-update figures at least once an epoch, without Lightning's warning on small corpora
     cbs["log_interval"] = LogIntervalClamp()
-    cbs["resume_agreement"] = ResumeAgreement(resume, cfg.get("resume", False))
-    shown = progress_mode(cfg["trainer"])
+    cbs["resume_agreement"] = ResumeAgreement(resume, cfg.resume)
+    shown = progress_mode(cfg.trainer)
     if shown in ("lines", "json"):  # the job log: a line per interval, validation, checkpoint, stop
-        max_epochs = int(cfg["trainer"].get("max_epochs") or 0)
+        max_epochs = cfg.trainer.max_epochs
         cbs["progress"] = ProgressLines(
             shown,
             stop_reason=lambda trainer: stop_reason(trainer, cbs, max_epochs),
@@ -123,20 +125,20 @@ def build_callbacks(
         )
     # the trackers' config and run ids (kept in the checkpoint for a resumed run)
     cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)
-    for key, callback in config_callbacks(cfg):  # the user's own, from `callbacks`
+    for key, callback in config_callbacks(cfg.callbacks):  # the user's own, from `callbacks`
         cbs[key] = callback
     return cbs
 
 
-def _state_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Callback]:
+def _state_callbacks(cfg: TrainConfig, ckpt_dir: Path) -> dict[str, pl.Callback]:
     """What a resumed run continues from (batch position, lr, RNG) and what stops a run."""
-    max_update = int(cfg.get("max_update") or 0)
+    max_update = cfg.max_update
     return {
         # First: advances the batch sampler's position before the signal handler saves it.
         "batches": BatchEpochCallback(),
         "anneal": AnnealingCallback(
-            cfg["anneal"],
-            lr=cfg["optim"]["lr"],
+            cfg.anneal,
+            lr=cfg.optim.lr,
             by_validation=validation_interval(cfg) > 0,
             max_update=max_update,
         ),
@@ -148,20 +150,18 @@ def _state_callbacks(cfg: Mapping[str, Any], ckpt_dir: Path) -> dict[str, pl.Cal
     }
 
 
-def _checkpoint_callbacks(
-    cfg: Mapping[str, Any], ckpt_dir: Path, monitor: str, mode: str
-) -> dict[str, pl.Callback]:
+def _checkpoint_callbacks(cfg: TrainConfig, ckpt_dir: Path) -> dict[str, pl.Callback]:
     """best.ckpt and last.ckpt, and the update and epoch checkpoints `checkpoint.*` asks for."""
-    ck = cfg.get("checkpoint") or {}
+    ck = cfg.checkpoint
     by_updates = validation_interval(cfg) > 0
     cbs: dict[str, pl.Callback] = {
         "best": BestAndLast(
             dirpath=str(ckpt_dir),
             filename=Path(BEST).stem,
-            monitor=monitor,
-            mode=mode,
+            monitor=ck.monitor,
+            mode=ck.mode,
             save_top_k=1,
-            save_last=bool(ck.get("save_last", True)),
+            save_last=ck.save_last,
             auto_insert_metric_name=False,
             # At the very end of the epoch (after validation, annealing and the epoch's logs),
             # where Lightning resumes cleanly at the next epoch; with validations by updates,
@@ -178,44 +178,44 @@ def _checkpoint_callbacks(
             save_on_train_epoch_end=True,
             enable_version_counter=False,
         )
-    save_every = int(cfg.get("save_interval_updates") or 0)
-    if save_every:
-        keep_updates = int(ck.get("keep_interval_updates", -1))
-        cbs["updates"] = UpdateCheckpoint(ckpt_dir, save_every, keep_updates)
-    keep = int(ck.get("keep_epochs", 0) or 0)
-    if keep != 0:
-        cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), keep)
+    if cfg.save_interval_updates:
+        cbs["updates"] = UpdateCheckpoint(
+            ckpt_dir, cfg.save_interval_updates, ck.keep_interval_updates
+        )
+    if ck.keep_epochs != 0:
+        cbs["epochs"] = EpochCheckpoint(str(ckpt_dir), ck.keep_epochs)
     return cbs
 
 
 def build_trainer(
-    cfg: Mapping[str, Any],
+    cfg: TrainConfig,
     callbacks: list[pl.Callback],
     output_dir: Path,
     tracker_state: Mapping[str, Any] | None = None,
 ) -> pl.Trainer:
-    """The Trainer of `cfg["trainer"]`, with convseq's fixed choices.
+    """The Trainer of `cfg.trainer`, with convseq's fixed choices.
 
-    Its loggers: csv/metrics.csv and the trackers of `cfg["logger"]`, which continue the runs
+    Its loggers: csv/metrics.csv and the trackers of `cfg.logger`, which continue the runs
     of `tracker_state` (`convseq.training.trackers.tracker_resume` of the checkpoint resumed).
     """
-    tcfg = {k: v for k, v in dict(cfg["trainer"]).items() if v is not None}
-    # convseq's keys, not Trainer arguments: the bar shows only with progress=bar (or auto on a
-    # terminal); threads are set before the Trainer is made (convseq.common.threads)
-    tcfg["enable_progress_bar"] = progress_mode(cfg["trainer"]) == "bar"
-    tcfg.pop("progress", None)
-    tcfg.pop("threads", None)
-    tcfg.pop("tf32", None)  # convseq.common.tf32, set by dispatch
-    max_epochs = int(tcfg.pop("max_epochs", 0) or 0)
+    # the Trainer's own arguments; convseq's keys (progress, threads: set before the Trainer
+    # is made, tf32: set by dispatch) are not Trainer arguments, and the bar shows only with
+    # progress=bar (or auto on a terminal)
+    tcfg = {
+        k: v
+        for k, v in plain(cfg.trainer).items()
+        if v is not None and k not in _NOT_TRAINER_ARGUMENTS
+    }
+    tcfg["enable_progress_bar"] = progress_mode(cfg.trainer) == "bar"
+    max_epochs = cfg.trainer.max_epochs
     tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
-    if "strategy" in tcfg:  # ddp: without Lightning's per-batch signal broadcast
-        tcfg["strategy"] = strategy_argument(tcfg["strategy"])
-    precision, precision_plugins_ = precision_plugins(cfg)  # 16-mixed: fairseq's loss scaling
-    tcfg.pop("precision", None)
+    tcfg["strategy"] = strategy_argument(cfg.trainer.strategy)  # ddp: no per-batch broadcast
+    # 16-mixed: fairseq's loss scaling, as a plugin
+    precision, precision_plugins_ = precision_plugins(cfg.trainer, cfg.amp)
     if precision is not None:
         tcfg["precision"] = precision
-    loggers = build_loggers(cfg, output_dir, tracker_state)
-    clip = float(cfg["optim"].get("clip_norm") or 0.0)
+    loggers = build_loggers(cfg.logger, output_dir, tracker_state)
+    clip = cfg.optim.clip_norm
     return pl.Trainer(
         **tcfg,
         max_epochs=max_epochs if max_epochs > 0 else -1,  # fairseq: 0 = no limit
@@ -227,7 +227,7 @@ def build_trainer(
         logger=loggers,
         plugins=[AtomicCheckpointIO(), *precision_plugins_, *cluster_plugins()],
         enable_model_summary=False,
-        profiler=EpochProfiler() if cfg.get("profile") else None,
+        profiler=EpochProfiler() if cfg.profile else None,
     )
 
 

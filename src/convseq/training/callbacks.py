@@ -25,6 +25,7 @@ from convseq.common.distributed import rank_and_world
 from convseq.data.batching import TokenBatchSampler
 from convseq.inference.sharding import gather_objects
 from convseq.optim.anneal import Annealer
+from convseq.optim.config import AnnealConfig
 from convseq.optim.warmup import UPDATE_SCHEDULES, UpdateSchedule
 
 
@@ -113,13 +114,13 @@ class AnnealingCallback(pl.Callback):
     already hold it, and a run whose next lr falls below ``anneal.min_lr`` stops there.
 
     Args:
-        anneal_cfg: the `anneal` config group.
+        anneal_cfg: the `anneal` config.
         lr: the initial learning rate (``optim.lr``).
     """
 
     def __init__(
         self,
-        anneal_cfg: Mapping[str, Any],
+        anneal_cfg: AnnealConfig,
         lr: float,
         by_validation: bool = False,
         max_update: int = 0,

@@ -16,14 +16,13 @@ sums into fairseq's logged figures (base 2 per token, perplexity 2 ** nll_loss).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
 
 from convseq.errors import ConvseqError
+from convseq.training.config import CriterionConfig
 
 NORMALIZE = ("tokens", "sentences")
 
@@ -164,15 +163,9 @@ class LabelSmoothedCrossEntropy:
         self.normalize = normalize
 
     @classmethod
-    def from_config(
-        cls, cfg: Mapping[str, Any] | DictConfig, padding_idx: int
-    ) -> LabelSmoothedCrossEntropy:
-        """Build from the `criterion` config (CriterionConfig fields)."""
-        return cls(
-            label_smoothing=cfg.get("label_smoothing", 0.0),
-            padding_idx=padding_idx,
-            normalize=cfg.get("normalize", "tokens"),
-        )
+    def from_config(cls, cfg: CriterionConfig, padding_idx: int) -> LabelSmoothedCrossEntropy:
+        """Build from the `criterion` config."""
+        return cls(cfg.label_smoothing, padding_idx, cfg.normalize)
 
     def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> CriterionOutput:
         """Sums over the batch: logits (B, T, V), target (B, T)."""

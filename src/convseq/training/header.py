@@ -15,6 +15,7 @@ from convseq.common.machine import cpu_model
 from convseq.common.tf32 import tf32_state
 from convseq.common.threads import ThreadChoice, affinity
 from convseq.inference.precision import device_type
+from convseq.training.config import TrainConfig
 
 __all__ = ["header_lines", "log_header"]
 
@@ -44,31 +45,28 @@ def _data_line(meta: Mapping[str, Any]) -> str:
 
 
 def header_lines(
-    cfg: Mapping[str, Any],
+    cfg: TrainConfig,
     module: torch.nn.Module,
     data_meta: Mapping[str, Any],
     threads: ThreadChoice,
     output_dir: Path,
 ) -> list[str]:
     """The header's lines for the run of `cfg` (see the module docstring)."""
-    tcfg = cfg["trainer"]
+    tcfg = cfg.trainer
     machine = f"CPU {cpu_model()}, {len(affinity())} CPUs for this process"
     if torch.cuda.is_available():
         machine += f"; GPU {torch.cuda.get_device_name()}"
     params = sum(p.numel() for p in module.parameters())
-    model = cfg.get("model") or {}
-    devices = (
-        f"{tcfg.get('accelerator')} x {tcfg.get('devices')} x {tcfg.get('num_nodes', 1)} nodes"
-    )
-    cuda = device_type(tcfg.get("accelerator")) == "cuda"
+    devices = f"{tcfg.accelerator} x {tcfg.devices} x {tcfg.num_nodes} nodes"
+    cuda = device_type(tcfg.accelerator) == "cuda"
     # trainer.tf32 (default true) is set process-wide before this (convseq.common.tf32)
     tf32 = f"TF32 {tf32_state()} (trainer.tf32{'' if cuda else ', CUDA only: unused here'})"
     return [
         f"convseq {_version()}, torch {torch.__version__}, Lightning {pl.__version__}",
         machine,
         f"threads per process: {threads.threads} ({threads.source})",
-        f"precision {tcfg.get('precision')}, {tf32}, {devices}, strategy {tcfg.get('strategy')}",
-        f"model {model.get('arch', 'fconv')}: {params:,} parameters",
+        f"precision {tcfg.precision}, {tf32}, {devices}, strategy {tcfg.strategy}",
+        f"model {cfg.model.arch}: {params:,} parameters",
         _data_line(data_meta),
         f"run folder {output_dir}",
     ]

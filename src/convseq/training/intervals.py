@@ -15,7 +15,6 @@ it continues in the middle of the epoch exactly as the uninterrupted run did.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_only
 
 from convseq.errors import ConvseqError
+from convseq.training.config import TrainConfig
 
 UPDATE_FILE = re.compile(r"update(\d+)\.ckpt")  # UpdateCheckpoint's names
 
@@ -31,15 +31,14 @@ class IntervalError(ConvseqError, ValueError):
     """validate_interval_updates / save_interval_updates that cannot work together."""
 
 
-def validation_interval(cfg: Mapping[str, Any]) -> int:
+def validation_interval(cfg: TrainConfig) -> int:
     """Updates between validations (0: validate at the end of every epoch, as by default).
 
     Raises:
         IntervalError: a negative interval, or a save interval that is not a multiple of the
             validation interval (every save is also a validation).
     """
-    validate = int(cfg.get("validate_interval_updates") or 0)
-    save = int(cfg.get("save_interval_updates") or 0)
+    validate, save = cfg.validate_interval_updates, cfg.save_interval_updates
     if validate < 0 or save < 0:
         raise IntervalError(
             f"validate_interval_updates={validate}, save_interval_updates={save}: give numbers "
@@ -54,7 +53,7 @@ def validation_interval(cfg: Mapping[str, Any]) -> int:
     return validate or save
 
 
-def trainer_arguments(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def trainer_arguments(cfg: TrainConfig) -> dict[str, Any]:
     """Trainer arguments for validations by updates (none when validating by epochs).
 
     Lightning counts training batches, so an interval of N updates is N x
@@ -64,7 +63,7 @@ def trainer_arguments(cfg: Mapping[str, Any]) -> dict[str, Any]:
     interval = validation_interval(cfg)
     if not interval:
         return {}
-    accumulate = max(int(cfg["trainer"].get("accumulate_grad_batches") or 1), 1)
+    accumulate = max(cfg.trainer.accumulate_grad_batches, 1)
     return {"val_check_interval": interval * accumulate, "check_val_every_n_epoch": None}
 
 

@@ -36,13 +36,16 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.checkpoints.io import TEXT_KEY, is_refused, read_error
-from convseq.common.plain import to_plain
+from convseq.common.config import plain, typed
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
 from convseq.inference.translator import Translator, translator_of
+from convseq.models.config import FConvConfig, as_fconv_config
 from convseq.models.fconv import FConvModel
 from convseq.optim.build import build_optimizer
+from convseq.optim.config import OptimConfig
 from convseq.training.amp import check_loss_scale
+from convseq.training.config import CriterionConfig
 from convseq.training.criterion import LabelSmoothedCrossEntropy
 from convseq.training.metrics import (
     CLIPPED,
@@ -65,26 +68,31 @@ STATE_KEY = "convseq"  # the module's own entry in a checkpoint
 class ConvSeqModule(pl.LightningModule):
     """fconv translation model trained with label-smoothed cross entropy.
 
+    The configs may also come as plain mappings of their keys: the checkpoint's hyperparameters
+    hold them so (``load_from_checkpoint`` passes them back), typed here once.
+
     Args:
-        model: the `model` config group (FConvConfig keys) as plain values.
+        model: the `model` config.
         src_vocab: the source dictionary's symbols (`Dictionary.to_list()`).
         tgt_vocab: the target dictionary's symbols.
-        optim: the `optim` config group (OptimConfig keys); used by `configure_optimizers`.
-        criterion: the `criterion` config group (label_smoothing, normalize).
+        optim: the `optim` config, used by `configure_optimizers` (None: NAG's defaults).
+        criterion: the `criterion` config (None: its defaults).
     """
 
     def __init__(
         self,
-        model: Mapping[str, Any],
+        model: FConvConfig | Mapping[str, Any],
         src_vocab: Sequence[str],
         tgt_vocab: Sequence[str],
-        optim: Mapping[str, Any] | None = None,
-        criterion: Mapping[str, Any] | None = None,
+        optim: OptimConfig | Mapping[str, Any] | None = None,
+        criterion: CriterionConfig | Mapping[str, Any] | None = None,
     ):
         super().__init__()
-        model = dict(to_plain(model))
-        optim = dict(to_plain(optim) or {"name": "nag"})
-        criterion = dict(to_plain(criterion) or {})
+        self.model_cfg = as_fconv_config(model)
+        self.optim_cfg = typed(OptimConfig, optim, "optim")
+        self.criterion_cfg = typed(CriterionConfig, criterion, "criterion")
+        # the hyperparameters are plain values (weights_only=True loads them)
+        model, optim, criterion = map(plain, (self.model_cfg, self.optim_cfg, self.criterion_cfg))
         src_vocab = [str(s) for s in src_vocab]
         tgt_vocab = [str(s) for s in tgt_vocab]
         # Not sent to loggers: the vocabularies would flood hparams.yaml.
@@ -94,8 +102,8 @@ class ConvSeqModule(pl.LightningModule):
             Dictionary.from_list(tgt_vocab),
         )
         pad = self.tgt_dict.pad()
-        self.model = FConvModel.build(model, len(self.src_dict), len(self.tgt_dict), pad)
-        self.criterion = LabelSmoothedCrossEntropy.from_config(criterion, padding_idx=pad)
+        self.model = FConvModel.build(self.model_cfg, len(self.src_dict), len(self.tgt_dict), pad)
+        self.criterion = LabelSmoothedCrossEntropy.from_config(self.criterion_cfg, pad)
 
         # Figures of the update being accumulated, of the current epoch, and of the last update.
         self._update_sums = torch.zeros(NUM_SUMS, dtype=torch.float64)
@@ -142,7 +150,7 @@ class ConvSeqModule(pl.LightningModule):
         return self.model(src_tokens, src_lengths, prev_output_tokens)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return build_optimizer(self.model.parameters(), self.hparams.optim)
+        return build_optimizer(self.model.parameters(), self.optim_cfg)
 
     def _batch_sums(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's summed loss (with graph) and its float64 [sample, ntok, nsent, loss, nll]."""

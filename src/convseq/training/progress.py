@@ -32,6 +32,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from convseq.common.config import TrainerConfig
 from convseq.errors import SettingError
 from convseq.training.log_interval import updates_per_epoch
 from convseq.training.signals import TrainingInterrupted
@@ -54,7 +55,7 @@ def _interactive() -> bool:
         return False
 
 
-def progress_mode(trainer_cfg: Mapping[str, Any], interactive: bool | None = None) -> str:
+def progress_mode(trainer_cfg: TrainerConfig, interactive: bool | None = None) -> str:
     """The run's progress output: bar | lines | json | none, from `trainer.progress` and
     `trainer.enable_progress_bar`.
 
@@ -62,10 +63,10 @@ def progress_mode(trainer_cfg: Mapping[str, Any], interactive: bool | None = Non
     `enable_progress_bar=false` means no bar: on a terminal nothing then, elsewhere still lines
     (which it never turned off); `progress=bar` with it is none.
     """
-    mode = str(trainer_cfg.get("progress") or "auto")
+    mode = trainer_cfg.progress
     if mode not in MODES:
         raise SettingError(f"trainer.progress={mode!r}: choose one of {', '.join(MODES)}")
-    bar_allowed = trainer_cfg.get("enable_progress_bar", True) is not False
+    bar_allowed = trainer_cfg.enable_progress_bar
     if mode == "auto":
         tty = _interactive() if interactive is None else interactive
         mode = "bar" if tty else "lines"

@@ -31,7 +31,9 @@ from hydra.utils import get_class, instantiate
 from pytorch_lightning.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
+from convseq.common.config import plain
 from convseq.errors import ConvseqError
+from convseq.training.config import TrainConfig
 from convseq.training.run_log import AppendingCSVLogger
 
 __all__ = [
@@ -158,18 +160,19 @@ def _allow_file_store(entry: Mapping[str, Any]) -> None:
 
 
 def build_loggers(
-    cfg: Mapping[str, Any], output_dir: Path, resume: Mapping[str, Any] | None = None
+    logger: Any, output_dir: Path, resume: Mapping[str, Any] | None = None
 ) -> list[Logger]:
-    """convseq's CSV logger first, then the trackers of `cfg["logger"]`.
+    """convseq's CSV logger first, then the trackers of the `logger` config (one `_target_`
+    entry, or a dict of them).
 
     Args:
-        cfg: the run's plain config.
+        logger: the run's `logger` config (an open node: the trackers' own arguments).
         output_dir: the run folder (csv/metrics.csv goes there whatever `logger` says).
         resume: `tracker_resume(checkpoint)` when continuing a run.
     """
     csv_dir = (Path(output_dir) / "csv").absolute()
     loggers: list[Logger] = []
-    for key, entry in target_entries(cfg.get("logger"), "logger"):
+    for key, entry in target_entries(logger, "logger"):
         cls = _target_class(key, entry)
         if issubclass(cls, MLFlowLogger):
             _allow_file_store(entry)
@@ -183,14 +186,15 @@ def build_loggers(
     return [*(own[:1] or [AppendingCSVLogger(str(output_dir))]), *rest]
 
 
-def config_callbacks(cfg: Mapping[str, Any]) -> list[tuple[str, pl.Callback]]:
-    """The extra Lightning callbacks of `cfg["callbacks"]`, in the order given, by dotted key.
+def config_callbacks(callbacks: Any) -> list[tuple[str, pl.Callback]]:
+    """The extra Lightning callbacks of the `callbacks` config (a dict of `_target_` entries),
+    in the order given, by dotted key.
 
     Raises:
         TrackerError: an entry that cannot be built or is not a Lightning callback.
     """
     made = []
-    for key, entry in target_entries(cfg.get("callbacks"), "callbacks"):
+    for key, entry in target_entries(callbacks, "callbacks"):
         cls = _target_class(key, entry)
         if not issubclass(cls, pl.Callback):
             raise TrackerError(
@@ -250,8 +254,8 @@ class TrackerRunIds(pl.Callback):
     """Gives the trackers the config and the run folder at the start of fitting, and keeps their
     run ids in the checkpoint so that a resumed run continues the same tracker runs."""
 
-    def __init__(self, cfg: Mapping[str, Any], output_dir: Path, resumed: bool = False):
-        self.cfg, self.output_dir, self.resumed = dict(cfg), str(output_dir), resumed
+    def __init__(self, cfg: TrainConfig, output_dir: Path, resumed: bool = False):
+        self.cfg, self.output_dir, self.resumed = cfg, str(output_dir), resumed
 
     @property
     def state_key(self) -> str:
@@ -259,7 +263,7 @@ class TrackerRunIds(pl.Callback):
 
     @rank_zero_only
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        nested = {**self.cfg, "run_dir": self.output_dir}
+        nested = {**plain(self.cfg), "run_dir": self.output_dir}
         flat = flatten_config(nested)
         for logger in _trackers(trainer):
             if isinstance(logger, WandbLogger):
@@ -275,9 +279,9 @@ class TrackerRunIds(pl.Callback):
 
     def _shown(self) -> list[str]:
         """The figures a tracker's table of runs shows beside the config."""
-        cfg, ck = self.cfg, self.cfg.get("checkpoint") or {}
-        names = [cfg.get("optimized_metric"), ck.get("monitor"), "valid/loss", "test/loss"]
-        names += ["test/bleu"] if (cfg.get("gen") or {}).get("test_bleu", True) else []
+        cfg = self.cfg
+        names = [cfg.optimized_metric, cfg.checkpoint.monitor, "valid/loss", "test/loss"]
+        names += ["test/bleu"] if cfg.gen.test_bleu else []
         return list(dict.fromkeys(n for n in names if n))
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
