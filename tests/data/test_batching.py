@@ -9,14 +9,12 @@ import pytest
 
 from convseq.data.batching import (
     TokenBatchSampler,
-    batch_by_size,
     decode_index,
     dummy_index,
-    filter_by_size,
     match_max_sentences,
-    ordered_indices,
     source_batches,
 )
+from convseq.data.packing import batch_by_size, filter_by_size, ordered_indices
 from convseq.errors import DataError
 
 

@@ -2,14 +2,11 @@
 
 The pipeline (fairseq's `get_batch_iterator` + `EpochBatchIterator` + `ShardedIterator`):
 
-1. `ordered_indices`: a permutation seeded with `seed + 1` (fairseq's first epoch is 1), then
-   stable mergesorts by target and then source length: sorted by (source, target) length, random
-   within ties.
-2. `filter_by_size`: pairs longer than `max_positions` (source or target, EOS included) are
-   dropped and counted (train), or refused (valid/test, where a smaller set would inflate BLEU).
-3. `batch_by_size`: greedy packing in that order, cost = batch size x longest `num_tokens`
-   (`max(src_len, tgt_len)`), at most `max_tokens` and/or `max_sentences`, sizes kept to multiples
-   of `required_batch_size_multiple` when the budget allows. The list is computed once (frozen).
+1. `ordered_indices`: sorted by (source, target) length, random within ties;
+2. `filter_by_size`: pairs longer than `max_positions` dropped (train) or refused (valid/test);
+3. `batch_by_size`: greedy packing in that order under `max_tokens` and/or `max_sentences`.
+   Steps 1-3 are in `convseq.data.packing`, which details them; the list is computed once
+   (frozen).
 4. Each epoch the list of batches is shuffled with `seed + epoch + 1` (0-based `epoch`, i.e.
    fairseq's `seed + epoch` with its 1-based epochs), identically on every rank; rank `r` takes
    `batches[r::world]` and the ranks that come up one short get a padding ("dummy") batch, so that
@@ -18,9 +15,6 @@ The pipeline (fairseq's `get_batch_iterator` + `EpochBatchIterator` + `ShardedIt
 Dummy batches repeat real sentences; their indices are encoded as `-1 - i` (`dummy_index`), so the
 flag survives the trip through DataLoader worker processes and Lightning's batch-sampler wrappers;
 `LanguagePairDataset` decodes it and its collate reports `is_dummy=True, nsentences=0, ntokens=0`.
-
-Departure from fairseq (since d871f616): fairseq drops a last batch whose size is not a multiple of
-`required_batch_size_multiple`; here it is kept, so no pair is silently lost every epoch.
 
 `batching=sentences` with `match_max_tokens` (fixed-sentence batches at a matched mean batch size):
 `max_sentences = ceil(N / B)`, where N is the number of train pairs kept after filtering and B the
@@ -39,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
+from convseq.data.packing import batch_by_size, filter_by_size, ordered_indices
 from convseq.errors import DataError
 
 
@@ -50,126 +45,6 @@ def dummy_index(i: int) -> int:
 def decode_index(i: int) -> tuple[int, bool]:
     """(dataset index, whether it comes from a dummy batch) of a sampler index."""
     return (-1 - i, True) if i < 0 else (i, False)
-
-
-ORDERS = ("fairseq", "snake")
-
-
-def ordered_indices(
-    src_sizes: np.ndarray,
-    tgt_sizes: np.ndarray,
-    seed: int | None = None,
-    order: str = "fairseq",
-) -> np.ndarray:
-    """Indices sorted by (source length, target length); random within ties when `seed` is set.
-
-    Args:
-        src_sizes: (N,) source lengths. tgt_sizes: (N,) target lengths.
-        seed: seed of the initial permutation (fairseq: `seed + epoch`); None = no permutation.
-        order: "fairseq": target lengths ascending within each source length. "snake" (not in
-            fairseq): the target direction alternates between consecutive source lengths, so a
-            batch that straddles two source lengths finds similar target lengths on both sides
-            instead of the longest next to the shortest (less target padding; see docs/data.md).
-
-    Returns:
-        (N,) int64 indices.
-    """
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    n = len(src_sizes)
-    if seed is None:
-        idx = np.arange(n, dtype=np.int64)
-    else:
-        # RandomState(s).permutation(n) is what fairseq's numpy_seed(s) + np.random.permutation draw.
-        idx = np.random.RandomState(seed).permutation(n).astype(np.int64)
-    tgt_key = np.asarray(tgt_sizes, dtype=np.int64)
-    if order == "snake":
-        # rank of each source length among the distinct ones; odd ranks sort targets descending
-        rank = np.searchsorted(np.unique(src_sizes), src_sizes)
-        tgt_key = np.where(rank % 2 == 1, -tgt_key, tgt_key)
-    idx = idx[np.argsort(tgt_key[idx], kind="mergesort")]  # stable: keeps the random order
-    return idx[np.argsort(src_sizes[idx], kind="mergesort")]
-
-
-def filter_by_size(
-    indices: np.ndarray,
-    src_sizes: np.ndarray,
-    tgt_sizes: np.ndarray,
-    max_positions: tuple[int, int],
-) -> tuple[np.ndarray, np.ndarray]:
-    """Split `indices` into (kept, dropped): dropped pairs have src > max_src or tgt > max_tgt."""
-    too_long = (src_sizes[indices] > max_positions[0]) | (tgt_sizes[indices] > max_positions[1])
-    return indices[~too_long], indices[too_long]
-
-
-def batch_by_size(
-    indices: np.ndarray,
-    num_tokens: np.ndarray,
-    max_tokens: int | None = None,
-    max_sentences: int | None = None,
-    required_batch_size_multiple: int = 1,
-) -> list[np.ndarray]:
-    """Pack `indices`, in order, into batches (fairseq's `batch_by_size`, HEAD semantics).
-
-    A running batch is committed up to the last position where its size was below the multiple
-    or a multiple of it; the uncommitted rest is its "tail". When adding the next pair would break
-    a limit, the committed part becomes a batch and the tail starts the next one (if the tail
-    alone breaks the token limit, it is cut before the new pair). Every batch therefore has
-    `len(batch) * max(num_tokens[batch]) <= max_tokens` and `len(batch) <= max_sentences`.
-
-    Args:
-        indices: (N,) dataset indices in the order to pack them.
-        num_tokens: (N,) `max(src_len, tgt_len)` of each entry of `indices` (aligned with it).
-        max_tokens: padded-token budget per batch (None = no limit).
-        max_sentences: sentences per batch (None = no limit).
-        required_batch_size_multiple: keep batch sizes multiples of this when the budget allows.
-
-    Returns:
-        A list of int64 index arrays, in packing order.
-
-    Raises:
-        DataError: a single pair is longer than `max_tokens` (no batch could hold it).
-    """
-    indices = np.asarray(indices, dtype=np.int64)
-    num_tokens = np.asarray(num_tokens, dtype=np.int64)
-    if len(indices) != len(num_tokens):
-        raise ValueError(f"{len(indices)} indices but {len(num_tokens)} lengths")
-    if len(indices) == 0:
-        return []
-    if max_tokens is not None and max_tokens < 1 or max_sentences is not None and max_sentences < 1:
-        raise ValueError(f"max_tokens={max_tokens}, max_sentences={max_sentences}: must be >= 1")
-    mult = max(1, int(required_batch_size_multiple))
-    longest = int(num_tokens.max())
-    if max_tokens is not None and longest > max_tokens:
-        raise DataError(
-            f"batching.max_tokens={max_tokens} is smaller than the longest pair kept "
-            f"({longest} tokens, EOS included): raise batching.max_tokens (or max_tokens_valid) "
-            f"to at least {longest}, or lower max_positions so that longer pairs are filtered"
-        )
-    cap_tok = max_tokens or 0  # 0 = no limit, as in fairseq
-    cap_sent = max_sentences or 0
-    # A plain Python loop over a list: ~0.2 us per pair, done once per split (the list is frozen).
-    lens = num_tokens.tolist()
-    ends: list[int] = []  # exclusive ends of finished batches
-    start = end = 0  # running batch = [start, end) committed + tail [end, pos]
-    batch_max = tail_max = 0
-    for pos, n in enumerate(lens):
-        if n > tail_max:
-            tail_max = n
-        size = pos + 1 - start
-        new_max = batch_max if batch_max > tail_max else tail_max
-        if (cap_sent and size > cap_sent) or (cap_tok and size * new_max > cap_tok):
-            ends.append(end)  # the committed part is a batch
-            if cap_tok and tail_max * (pos + 1 - end) > cap_tok:
-                ends.append(pos)  # the tail without the new pair is one too
-                tail_max = n
-            start = ends[-1]
-            end, batch_max, tail_max = pos + 1, tail_max, 0
-        elif size < mult or size % mult == 0:
-            end, batch_max, tail_max = pos + 1, new_max, 0
-    if end != len(lens):
-        ends.append(end)  # the uncommitted tail is the last batch
-    return np.split(indices, ends)
 
 
 def match_max_sentences(
@@ -208,6 +83,57 @@ def _empty_epoch(
         f"{name}{where}: no pair is within max_positions {max_positions}: {why}; "
         f"the epoch would be empty: {fix}"
     )
+
+
+def _check_arguments(
+    name: str,
+    src_sizes: np.ndarray,
+    tgt_sizes: np.ndarray,
+    max_tokens: int | None,
+    max_sentences: int | None,
+    rank: int,
+    world_size: int,
+    overlong: str,
+) -> None:
+    """Refuse sizes of another shape than (N,) on both sides, no budget, a rank outside the
+    world, or an unknown `overlong`."""
+    if src_sizes.shape != tgt_sizes.shape or src_sizes.ndim != 1:
+        raise ValueError(f"{name}: {src_sizes.shape} source sizes, {tgt_sizes.shape} target")
+    if max_tokens is None and max_sentences is None:
+        raise DataError("set batching.max_tokens or batching.max_sentences (both are null)")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+    if overlong not in ("skip", "error"):
+        raise ValueError(f"overlong must be 'skip' or 'error', got {overlong!r}")
+
+
+def _overlong(
+    name: str,
+    dropped: np.ndarray,
+    src_sizes: np.ndarray,
+    tgt_sizes: np.ndarray,
+    max_positions: tuple[int, int],
+) -> str:
+    """Why a valid/test split with pairs over `max_positions` is refused, naming the first."""
+    first = int(np.sort(dropped)[0])
+    return (
+        f"{name}: {len(dropped)} pair(s) are longer than max_positions {max_positions} "
+        f"(e.g. pair {first}: {src_sizes[first]} source / {tgt_sizes[first]} target "
+        "tokens incl. EOS); nothing is dropped from valid/test silently: shorten them, "
+        "raise the model's max positions, or set data.eval_overlong=skip"
+    )
+
+
+def _check_longest(name: str, num_tokens: np.ndarray, max_tokens: int | None) -> None:
+    """Refuse a token budget smaller than the longest pair kept, naming the split's key."""
+    longest = int(num_tokens.max())
+    if max_tokens is not None and longest > max_tokens:
+        key = "max_tokens" if name == "train" else "max_tokens_valid (or max_tokens)"
+        raise DataError(
+            f"{name}: batching.{key}={max_tokens} is smaller than the longest pair kept "
+            f"({longest} tokens, EOS included), which no batch could hold: raise it to at "
+            f"least {longest}, or lower max_positions so that longer pairs are filtered"
+        )
 
 
 class TokenBatchSampler(Sampler[list[int]]):
@@ -258,14 +184,9 @@ class TokenBatchSampler(Sampler[list[int]]):
     ):
         src_sizes = np.asarray(src_sizes, dtype=np.int64)
         tgt_sizes = np.asarray(tgt_sizes, dtype=np.int64)
-        if src_sizes.shape != tgt_sizes.shape or src_sizes.ndim != 1:
-            raise ValueError(f"{name}: {src_sizes.shape} source sizes, {tgt_sizes.shape} target")
-        if max_tokens is None and max_sentences is None:
-            raise DataError("set batching.max_tokens or batching.max_sentences (both are null)")
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is outside world size {world_size}")
-        if overlong not in ("skip", "error"):
-            raise ValueError(f"overlong must be 'skip' or 'error', got {overlong!r}")
+        _check_arguments(
+            name, src_sizes, tgt_sizes, max_tokens, max_sentences, rank, world_size, overlong
+        )
         self.name = name
         self.shuffle = shuffle
         self.seed = seed
@@ -278,27 +199,14 @@ class TokenBatchSampler(Sampler[list[int]]):
         ordered = ordered_indices(src_sizes, tgt_sizes, seed + 1 if shuffle else None, order)
         kept, dropped = filter_by_size(ordered, src_sizes, tgt_sizes, max_positions)
         if len(dropped) and overlong == "error":
-            first = int(np.sort(dropped)[0])
-            raise DataError(
-                f"{name}: {len(dropped)} pair(s) are longer than max_positions {max_positions} "
-                f"(e.g. pair {first}: {src_sizes[first]} source / {tgt_sizes[first]} target "
-                "tokens incl. EOS); nothing is dropped from valid/test silently: shorten them, "
-                "raise the model's max positions, or set data.eval_overlong=skip"
-            )
+            raise DataError(_overlong(name, dropped, src_sizes, tgt_sizes, max_positions))
         if len(kept) == 0:
             raise DataError(_empty_epoch(name, len(src_sizes), len(dropped), max_positions, source))
         self.filtered_indices = np.sort(dropped)  # dataset indices dropped as over-long
         self.num_filtered = len(dropped)
         self.num_kept = len(kept)
         num_tokens = np.maximum(src_sizes[kept], tgt_sizes[kept])
-        longest = int(num_tokens.max())
-        if max_tokens is not None and longest > max_tokens:
-            key = "max_tokens" if name == "train" else "max_tokens_valid (or max_tokens)"
-            raise DataError(
-                f"{name}: batching.{key}={max_tokens} is smaller than the longest pair kept "
-                f"({longest} tokens, EOS included), which no batch could hold: raise it to at "
-                f"least {longest}, or lower max_positions so that longer pairs are filtered"
-            )
+        _check_longest(name, num_tokens, max_tokens)
         # Frozen once: per-epoch work is only a permutation of this list.
         self.batches: list[np.ndarray] = batch_by_size(
             kept, num_tokens, max_tokens, max_sentences, required_batch_size_multiple
