@@ -1,4 +1,4 @@
-"""Shared pieces of the training tests: a tiny corpus, a tiny model, plain configs, read-backs.
+"""Shared pieces of the training tests: a tiny corpus, a tiny model, typed configs, read-backs.
 
 tests/conftest.py imports the fixtures (`tiny_data`, `one_thread`), so every test module has them.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from convseq.cli.dispatch import to_plain
+from convseq.tasks.config import Config, as_config
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
@@ -38,7 +38,7 @@ def tiny_data(tmp_path_factory) -> dict[str, Path]:
     corpus, cache = root / "corpus", root / "cache"
     write_toy_corpus(corpus, seed=5, n_train=300, n_valid=40, n_test=40)
     cfg = tiny_config({"corpus": corpus, "cache": cache}, root / "unused")
-    databin = prepare_databin(cfg["data"], str(cache), progress=False)
+    databin = prepare_databin(cfg.data, str(cache), progress=False)
     return {"corpus": corpus, "cache": cache, "databin": databin}
 
 
@@ -51,8 +51,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> dict[str, Any]:
-    """The composed, resolved config of a tiny run over the tiny corpus."""
+def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> Config:
+    """The composed config of a tiny run over the tiny corpus, typed as the command line hands
+    it to a task."""
     from tests.conftest import compose_config  # here: conftest imports this module's fixtures
 
     base = [
@@ -63,7 +64,7 @@ def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) 
         *TINY_MODEL,
         *QUIET,
     ]
-    return to_plain(compose_config([*base, *overrides], output_dir=str(output_dir)))
+    return as_config(compose_config([*base, *overrides], output_dir=str(output_dir)))
 
 
 def train_one_tiny_epoch(tiny: dict[str, Path], output_dir: Path) -> Path:

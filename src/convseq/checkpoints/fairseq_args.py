@@ -90,13 +90,13 @@ def model_args(state: Mapping[str, Any]) -> tuple[Any, str]:
     args = state.get("args")
     if isinstance(args, (argparse.Namespace, Mapping)):
         return args, "args"
-    cfg = state.get("cfg")
-    if isinstance(cfg, Mapping):
-        model = cfg.get("model")
+    theirs = state.get("cfg")  # fairseq's own config, as its checkpoint holds it
+    if isinstance(theirs, Mapping):
+        model = theirs.get("model")
         if isinstance(model, (argparse.Namespace, Mapping)):
             return model, "cfg.model"
         raise CheckpointError(
-            f"the checkpoint's cfg has no model section (cfg keys: {sorted(cfg)})"
+            f"the checkpoint's cfg has no model section (cfg keys: {sorted(theirs)})"
         )
     raise CheckpointError(
         "the checkpoint has neither 'args' nor 'cfg' describing the model "
@@ -182,9 +182,9 @@ def fconv_config(state: Mapping[str, Any]) -> FConvConfig:
 def language_pair(state: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(source, target) language codes from ``args``, ``cfg.task`` or ``cfg.model``."""
     places = [state.get("args")]
-    cfg = state.get("cfg")
-    if isinstance(cfg, Mapping):
-        places += [cfg.get("task"), cfg.get("model")]
+    theirs = state.get("cfg")  # fairseq's own config
+    if isinstance(theirs, Mapping):
+        places += [theirs.get("task"), theirs.get("model")]
     src = tgt = None
     for place in places:
         src = src or _get(place, "source_lang")

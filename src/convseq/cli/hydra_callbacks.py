@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from convseq.common.config import TrainerConfig
 
@@ -78,10 +78,10 @@ class SweepReport(Callback):
         self._pending: str | None = None  # the sweep folder while its report is unwritten
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        hydra_cfg = config.get("hydra") or {}
+        hydra_cfg = config.hydra  # Hydra's own node: a multirun's callbacks receive it
         from convseq.cli.optuna_search import SearchError, check_search, is_optuna_sweeper
 
-        if is_optuna_sweeper(hydra_cfg.get("sweeper")):
+        if is_optuna_sweeper(hydra_cfg.sweeper):
             try:
                 check_search(config)
             except SearchError as e:  # SystemExit: Hydra turns callback exceptions into warnings
@@ -99,10 +99,10 @@ class SweepReport(Callback):
             self._write(self._pending)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        hydra_cfg = config.get("hydra")
-        if hydra_cfg is None or str(hydra_cfg.get("mode")) != "RunMode.MULTIRUN":
+        if "hydra" not in config or str(config.hydra.mode) != "RunMode.MULTIRUN":
             return
-        launcher = str((hydra_cfg.get("launcher") or {}).get("_target_", ""))
+        # the launcher plugin's own settings: its keys depend on the plugin
+        launcher = str(OmegaConf.select(config, "hydra.launcher._target_", default=""))
         trainer = config.trainer
         if launcher.rsplit(".", 1)[-1] in _LOCAL_LAUNCHERS and relaunching_ddp(trainer):
             # SystemExit, not an Exception: Hydra turns a callback's exceptions into warnings.

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from convseq.errors import ConvseqError
 from convseq.evaluation.history import SUMMARY_FILE
 
@@ -73,7 +75,7 @@ def _direction_name(direction: Any) -> str:
     return str(name).rsplit(".", 1)[-1].lower()
 
 
-def check_search(cfg: Mapping[str, Any]) -> None:
+def check_search(cfg: DictConfig) -> None:
     """Refuse an Optuna search that cannot start or would optimise the wrong way.
 
     Args:
@@ -83,7 +85,8 @@ def check_search(cfg: Mapping[str, Any]) -> None:
         SearchError: the `sweep` extra is missing, there are several directions, or the
             direction disagrees with what training returns for `optimized_metric`.
     """
-    sweeper = (cfg.get("hydra") or {}).get("sweeper") or {}
+    # the Optuna plugin's own settings: its keys are the plugin's
+    sweeper = OmegaConf.select(cfg, "hydra.sweeper", default=None) or {}
     for module in ("optuna", "hydra_plugins.hydra_optuna_sweeper"):
         if importlib.util.find_spec(module) is None:
             raise SearchError(

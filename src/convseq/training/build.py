@@ -201,23 +201,23 @@ def build_trainer(
     # the Trainer's own arguments; convseq's keys (progress, threads: set before the Trainer
     # is made, tf32: set by dispatch) are not Trainer arguments, and the bar shows only with
     # progress=bar (or auto on a terminal)
-    tcfg = {
+    kwargs = {
         k: v
         for k, v in plain(cfg.trainer).items()
         if v is not None and k not in _NOT_TRAINER_ARGUMENTS
     }
-    tcfg["enable_progress_bar"] = progress_mode(cfg.trainer) == "bar"
+    kwargs["enable_progress_bar"] = progress_mode(cfg.trainer) == "bar"
     max_epochs = cfg.trainer.max_epochs
-    tcfg.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
-    tcfg["strategy"] = strategy_argument(cfg.trainer.strategy)  # ddp: no per-batch broadcast
+    kwargs.update(interval_arguments(cfg))  # validate_interval_updates / save_interval_updates
+    kwargs["strategy"] = strategy_argument(cfg.trainer.strategy)  # ddp: no per-batch broadcast
     # 16-mixed: fairseq's loss scaling, as a plugin
     precision, precision_plugins_ = precision_plugins(cfg.trainer, cfg.amp)
     if precision is not None:
-        tcfg["precision"] = precision
+        kwargs["precision"] = precision
     loggers = build_loggers(cfg.logger, output_dir, tracker_state)
     clip = cfg.optim.clip_norm
     return pl.Trainer(
-        **tcfg,
+        **kwargs,
         max_epochs=max_epochs if max_epochs > 0 else -1,  # fairseq: 0 = no limit
         gradient_clip_val=clip if clip > 0 else None,
         gradient_clip_algorithm="norm",
