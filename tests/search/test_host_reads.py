@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import convseq.search.beam as beam_module
+import convseq.search.finished as finished_module
 from convseq.search import beam_search, greedy
 from convseq.search.run import index_tensor
 from tests.search.host_reads import HostReads
@@ -72,9 +73,10 @@ def test_beam_search_queues_its_index_lists_without_waiting_for_the_device(monke
     through `index_tensor`, never through a blocking ``torch.tensor(..., device=...)``."""
     direct, queued = [], []
     tensor = torch.tensor
+    searches = (beam_module, finished_module)  # the tensorized search's modules
 
     def watched_tensor(*args, **kwargs):
-        if sys._getframe(1).f_globals.get("__name__") == beam_module.__name__:
+        if sys._getframe(1).f_globals.get("__name__") in {m.__name__ for m in searches}:
             direct.append(args)
         return tensor(*args, **kwargs)
 
@@ -83,7 +85,8 @@ def test_beam_search_queues_its_index_lists_without_waiting_for_the_device(monke
         return index_tensor(values, device)
 
     monkeypatch.setattr(torch, "tensor", watched_tensor)
-    monkeypatch.setattr(beam_module, "index_tensor", watched_index)
+    for module in searches:
+        monkeypatch.setattr(module, "index_tensor", watched_index)
     src, lengths = batch(LENGTHS)
     out = beam_search(sharp_model(), src, lengths, beam=4, nbest=2, max_len_a=0.5, max_len_b=6)
     assert len(out) == len(LENGTHS)
