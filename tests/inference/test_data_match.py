@@ -17,8 +17,9 @@ from convseq.checkpoints.data_record import (
     training_data,
 )
 from convseq.checkpoints.io import TEXT_KEY
+from convseq.data.corpus_dir import with_corpus_dir
 from convseq.data.databin import DataBin
-from convseq.data.preprocess import prepare_databin
+from convseq.data.preprocess import as_data_config, prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
 from convseq.errors import CheckpointError
 from convseq.inference.data_match import TrainedOn, check_given_data, data_to_translate
@@ -126,7 +127,14 @@ def test_a_generated_corpus_whose_folder_is_gone_is_generated_in_this_cache(tmp_
     recorded = {"name": "toy", "dir": "/no/such/cache/corpora/toy-seed1", "generator": "toy"}
     model = TrainedOn(("a.ckpt",), {**recorded, "src_lang": "src", "tgt_lang": "tgt"}, None)
     data = data_to_translate(model, None, tmp_path / "cache")
-    assert data["dir"] == str(tmp_path / "cache" / "corpora" / "toy-seed1")
+    # dir unset: the generator writes into its own folder of this cache, and only there
+    assert data["dir"] is None and data["generator"] == "toy"
+    folder = with_corpus_dir(as_data_config(data), tmp_path / "cache").dir
+    assert folder == str(tmp_path / "cache" / "corpora" / "toy-seed1")
+    assert (tmp_path / "cache" / "corpora" / "toy-seed1" / "train.src").is_file()
+    # what a run records today (the toy group leaves dir unset) is translated the same way
+    unset = TrainedOn(model.checkpoints, {**model.data, "dir": None}, None)
+    assert data_to_translate(unset, None, tmp_path / "cache")["dir"] is None
     without = TrainedOn(model.checkpoints, {**model.data, "generator": None}, None)
     with pytest.raises(DataMismatchError, match="/no/such/cache/corpora/toy-seed1, a folder"):
         data_to_translate(without, None, tmp_path / "cache")

@@ -39,7 +39,10 @@ class DataConfig:
     with `format: fairseq`, a folder written by fairseq-preprocess (`path`), read as it is."""
 
     name: str = MISSING  # short name, part of the data-bin key
-    dir: str = MISSING  # folder with the text files (absolute after resolution)
+    # The folder with the text files: read, never written. null: the generator's own folder in
+    # the cache (`<paths.cache_dir>/corpora/<generator>-seed<generator_seed>`), written first;
+    # a folder named here is read as it is and the generator does not run (data/corpus_dir.py).
+    dir: str | None = MISSING
     # File suffix of each side. null only with format=fairseq: the pair is then read from the
     # data-bin's file names, as fairseq does (give both to pick one direction).
     src_lang: str | None = MISSING
@@ -61,7 +64,8 @@ class DataConfig:
     # checked, segmented and binarised like the test split (its text kept for scoring), and the
     # end of training translates and scores every one of them.
     test_sets: dict[str, str] = field(default_factory=dict)
-    generator: str | None = None  # "toy": write the embedded synthetic corpus into `dir` first
+    # "toy": with `dir` unset, write the embedded synthetic corpus into the cache and read it
+    generator: str | None = None
     generator_seed: int = 1  # seed of the generator (same seed -> same bytes)
     subword: SubwordConfig = field(default_factory=SubwordConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)

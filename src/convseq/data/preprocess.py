@@ -36,6 +36,7 @@ from convseq.data.binarize import (
     split_roles,
 )
 from convseq.data.config import DataConfig
+from convseq.data.corpus_dir import with_corpus_dir
 from convseq.data.databin import META_FILE, SPLITS, DataBin
 from convseq.data.encode import WORKER_ENV
 from convseq.data.fairseq_databin import FairseqDataBin
@@ -239,19 +240,16 @@ def ensure_databin(
 def databin_path(data_cfg: DataConfig | DictConfig | Mapping, cache_dir: str) -> Path:
     """Where `prepare_databin` puts (or finds) this corpus's data-bin; builds nothing.
 
-    Runs the corpus generator if the config has one: the key hashes the input files.
+    Runs the corpus generator when `dir` is unset (`convseq.data.corpus_dir`): the key hashes
+    the input files.
     """
     return _locate(data_cfg, cache_dir)[4]
 
 
 def _locate(data_cfg, cache_dir: str):
     """The validated config, input paths, their checksums, the key and the data-bin folder."""
-    cfg = as_data_config(data_cfg)
-    if cfg.generator == "toy":
-        # imported lazily: the toy grammar is only needed when the corpus is generated
-        from convseq.data.toy.corpus import write_toy_corpus
-
-        write_toy_corpus(Path(cfg.dir).expanduser().absolute(), seed=cfg.generator_seed)
+    # a given dir is read as it is; unset, the generator writes into its own folder in the cache
+    cfg = with_corpus_dir(as_data_config(data_cfg), cache_dir)
     paths = input_paths(cfg)
     checksums, train_lines = {}, {}
     for (role, side), p in paths.items():

@@ -144,7 +144,8 @@ def data_to_translate(
         model: what the checkpoints record.
         given: the user's data config, or None when the user gave none (the checkpoint's).
         cache_dir: the cache of this run (``paths.cache_dir``): a generated corpus (the toy
-            one) whose recorded folder is gone is generated there again.
+            one) that is not in a folder of this machine is generated there again, in the
+            generator's own folder (its ``dir`` is left unset: `convseq.data.corpus_dir`).
         overrides: with `given` None, keys the user set on the checkpoint's data (nested, e.g.
             ``{"dir": "/corpora/multi30k"}`` from ``data.dir=...``): the result is checked as
             given data.
@@ -174,11 +175,11 @@ def data_to_translate(
             "this machine: give where it is here with data.path=FOLDER (the checkpoint's other "
             f"data settings are kept); {OTHER_TEXT}"
         )
-    corpus = Path(str(data.get("dir", ""))).expanduser()
-    if corpus.is_dir():
+    corpus = Path(str(data.get("dir") or "")).expanduser()
+    if data.get("dir") and corpus.is_dir():
         return data
-    if data.get("generator"):  # same seed, same bytes: generate it again in this cache
-        data["dir"] = str(Path(cache_dir).expanduser().absolute() / "corpora" / corpus.name)
+    if data.get("generator"):  # same seed, same bytes: generated again into this cache's folder
+        data["dir"] = None  # a given dir is only read: unset, the generator writes its own
         return data
     raise DataMismatchError(
         f"{model.name} was trained on {model.describe()} from {corpus}, a folder that is not on "

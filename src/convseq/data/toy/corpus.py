@@ -156,38 +156,55 @@ def write_toy_corpus(
     with FileLock(str(out_dir) + ".lock"):
         if _is_complete(out_dir, settings):
             return counts
-        if out_dir.exists() and _read_stamp(out_dir) is None:
-            clash = [n for n in _file_names() if (out_dir / n).exists()]
-            if clash:
-                raise DataError(
-                    f"holds {', '.join(clash)} but no {STAMP} stamp of the toy generator; "
-                    "remove those files or point data.dir at another folder",
-                    path=str(out_dir),
-                )
+        _refuse_foreign_files(out_dir)
         splits = toy_splits(seed, n_train, n_valid, n_test)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
         try:
-            sizes = {}
-            for split in SPLITS:
-                pairs = splits[split]
-                for lang in LANGS:
-                    lines = [" ".join(getattr(p, lang)) for p in pairs]
-                    sizes[f"{split}.{lang}"] = _write_lines(tmp / f"{split}.{lang}", lines)
+            sizes = _write_splits(tmp, splits)
             stamp = {"settings": settings, "counts": counts, "bytes": sizes, "complete": True}
             _write_stamp(tmp, stamp)
-            if not out_dir.exists():
-                os.replace(tmp, out_dir)  # one atomic rename
-            else:
-                # A folder that already exists (an older toy corpus, or an empty folder): mark it
-                # incomplete first so that a crash half-way is regenerated, not reused.
-                _write_stamp(out_dir, {**stamp, "complete": False})
-                for name in _file_names():
-                    os.replace(tmp / name, out_dir / name)
-                os.replace(tmp / STAMP, out_dir / STAMP)
+            _move_into_place(tmp, out_dir, stamp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     log.info("toy corpus (seed %d) written to %s: %s", seed, out_dir, counts)
     return counts
+
+
+def _refuse_foreign_files(out_dir: Path) -> None:
+    """Raise DataError when `out_dir` holds corpus files without the generator's stamp."""
+    if not out_dir.exists() or _read_stamp(out_dir) is not None:
+        return
+    clash = [n for n in _file_names() if (out_dir / n).exists()]
+    if clash:
+        raise DataError(
+            f"holds {', '.join(clash)} but no {STAMP} stamp of the toy generator; "
+            "remove those files or point data.dir at another folder",
+            path=str(out_dir),
+        )
+
+
+def _write_splits(folder: Path, splits: dict[str, list[ToyPair]]) -> dict[str, int]:
+    """Write `{split}.{lang}` for every split and side into `folder`; their sizes in bytes."""
+    sizes = {}
+    for split in SPLITS:
+        pairs = splits[split]
+        for lang in LANGS:
+            lines = [" ".join(getattr(p, lang)) for p in pairs]
+            sizes[f"{split}.{lang}"] = _write_lines(folder / f"{split}.{lang}", lines)
+    return sizes
+
+
+def _move_into_place(tmp: Path, out_dir: Path, stamp: dict) -> None:
+    """Move the finished corpus in `tmp` (files and stamp) to `out_dir`."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)  # one atomic rename
+        return
+    # A folder that already exists (an older toy corpus, or an empty folder): mark it incomplete
+    # first so that a crash half-way is regenerated, not reused.
+    _write_stamp(out_dir, {**stamp, "complete": False})
+    for name in _file_names():
+        os.replace(tmp / name, out_dir / name)
+    os.replace(tmp / STAMP, out_dir / STAMP)
 
 
 @lru_cache(maxsize=8)
