@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
@@ -159,6 +160,33 @@ def paired_bootstrap(
         DataError: fewer than two systems, no reference, or a system whose line count differs
             from the references' (named by its file).
     """
+    names = [name for name, _ in systems]
+    files = list(paths) if paths is not None else names
+    _check_systems(systems, references, n_samples, seed, files)
+    hyp_lists = [[str(h) for h in hyps] for _, hyps in systems]
+    refs = [[str(r) for r in references]]
+    with _sacrebleu_seed(seed):
+        test = PairedTest(
+            list(zip(names, hyp_lists)),
+            {"BLEU": BLEU(tokenize=tokenize)},
+            references=refs,
+            test_type="bs",
+            n_samples=n_samples,
+        )
+        signatures, scores = test()
+    key = next(k for k in scores if k != "System")
+    return _results(scores[key], names, files, hyp_lists), f"BLEU|{signatures[key]}"
+
+
+def _check_systems(
+    systems: Sequence[tuple[str, Sequence[str]]],
+    references: Sequence[str],
+    n_samples: int,
+    seed: int,
+    files: Sequence[str],
+) -> None:
+    """Refuse fewer than two systems, no reference, a bad count or seed, or a system whose line
+    count differs from the references' (named by its file)."""
     if len(systems) < 2:
         raise DataError(
             f"compare needs at least two systems (the baseline first), got {len(systems)}: "
@@ -168,8 +196,6 @@ def paired_bootstrap(
         raise DataError("no reference line to compare against")
     if n_samples < 1 or seed < 1:
         raise DataError(f"compare.n_samples and compare.seed must be >= 1, got {n_samples}, {seed}")
-    names = [name for name, _ in systems]
-    files = list(paths) if paths is not None else names
     for (_, hyps), path in zip(systems, files):
         if not hyps:
             raise DataError(
@@ -183,21 +209,16 @@ def paired_bootstrap(
                 "needs one translation per reference line (the same split, in its order)",
                 path=str(path),
             )
-    hyp_lists = [[str(h) for h in hyps] for _, hyps in systems]
-    refs = [[str(r) for r in references]]
-    with _sacrebleu_seed(seed):
-        test = PairedTest(
-            list(zip(names, hyp_lists)),
-            {"BLEU": BLEU(tokenize=tokenize)},
-            references=refs,
-            test_type="bs",
-            n_samples=n_samples,
-        )
-        signatures, scores = test()
-    key = next(k for k in scores if k != "System")
-    base = scores[key][0]
+
+
+def _results(
+    scores: Sequence[Any], names: list[str], files: list[str], hyp_lists: list[list[str]]
+) -> list[SystemResult]:
+    """Each system's `SystemResult` from sacreBLEU's BLEU results (the baseline's first); a
+    system the paired test cannot measure against the baseline gets p = 1 and a note."""
+    base = scores[0]
     results = []
-    for i, (res, name, path) in enumerate(zip(scores[key], names, files)):
+    for i, (res, name, path) in enumerate(zip(scores, names, files)):
         note = "" if i == 0 else _untestable(hyp_lists[i], hyp_lists[0], res.score, base.score)
         p = None if i == 0 else (1.0 if note else float(res.p_value))
         results.append(
@@ -212,7 +233,7 @@ def paired_bootstrap(
                 note=note,
             )
         )
-    return results, f"BLEU|{signatures[key]}"
+    return results
 
 
 def _untestable(hyps: list[str], baseline: list[str], bleu: float, base_bleu: float) -> str:

@@ -244,28 +244,41 @@ def to_markdown(
         "|" + "|".join("---" for _ in head) + "|",
     ]
     for r in rows:
-        cells = [r["job"]] + ([_f(r["objective"])] if objective else [])
-        cells += [
-            r["overrides"] or "(none)",
-            _hms(r["wall_seconds"]),
-            str(r["epochs"]),
-            _f(r["seconds_per_epoch"], 1),
-            r["stop_reason"] or "n/a",
-            f"{_f(r['best_valid_loss'])} ({r['best_valid_epoch'] or 'n/a'})",
-        ]
-        if valid_bleu:
-            cells.append(f"{_f(r['best_valid_bleu'], 2)} ({r['best_bleu_epoch'] or 'n/a'})")
-        reached = r.get("minutes_to_valid_bleu") or {}
-        cells += [f"{reached[n]:.1f}" if n in reached else "-" for n in to_bleu]
-        cells += [f"{as_float(r['last_lr']):.3g}", r["status"]]
-        if test:
-            cells.append(_f(r["test_loss"]))
-            if test_bleu:
-                cells.append(_f(r["test_bleu"], 2))
+        cells = _row_cells(r, bool(objective), valid_bleu, to_bleu, test, test_bleu)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     if png:
         lines += ["", f"![validation loss and lr per epoch]({png})"]
     return "\n".join(lines) + "\n"
+
+
+def _row_cells(
+    r: dict[str, Any],
+    objective: bool,
+    valid_bleu: bool,
+    to_bleu: list[int],
+    test: bool,
+    test_bleu: bool,
+) -> list[str]:
+    """One job's cells of `to_markdown`'s table, in the order of its head."""
+    cells = [r["job"]] + ([_f(r["objective"])] if objective else [])
+    cells += [
+        r["overrides"] or "(none)",
+        _hms(r["wall_seconds"]),
+        str(r["epochs"]),
+        _f(r["seconds_per_epoch"], 1),
+        r["stop_reason"] or "n/a",
+        f"{_f(r['best_valid_loss'])} ({r['best_valid_epoch'] or 'n/a'})",
+    ]
+    if valid_bleu:
+        cells.append(f"{_f(r['best_valid_bleu'], 2)} ({r['best_bleu_epoch'] or 'n/a'})")
+    reached = r.get("minutes_to_valid_bleu") or {}
+    cells += [f"{reached[n]:.1f}" if n in reached else "-" for n in to_bleu]
+    cells += [f"{as_float(r['last_lr']):.3g}", r["status"]]
+    if test:
+        cells.append(_f(r["test_loss"]))
+        if test_bleu:
+            cells.append(_f(r["test_bleu"], 2))
+    return cells
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
