@@ -25,16 +25,16 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 
 from convseq.common.config import TrainerConfig
 from convseq.errors import SettingError
 from convseq.training.log_interval import updates_per_epoch
+from convseq.training.progress_format import format_record, json_number, plain_value
 from convseq.training.signals import TrainingInterrupted
 
 __all__ = ["MODES", "ProgressLines", "format_record", "progress_mode"]
@@ -73,75 +73,6 @@ def progress_mode(trainer_cfg: TrainerConfig, interactive: bool | None = None) -
     if mode == "bar" and not bar_allowed:
         return "none"
     return mode
-
-
-def _clock(seconds: float) -> str:
-    """`0:01:02` (hours grow past 24: `27:00:00`)."""
-    s = max(0, int(round(seconds)))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def _num(x: Any) -> str:
-    """A figure at a precision that reads well: 4 significant digits, big numbers whole."""
-    if not isinstance(x, (int, float)) or isinstance(x, bool):
-        return str(x)
-    if not math.isfinite(x):
-        return str(x)
-    if abs(x) >= 1000:
-        return f"{x:.0f}"
-    return f"{x:.4g}"
-
-
-def format_record(record: Mapping[str, Any]) -> str:
-    """The text line of a record (see the module docstring)."""
-    kind = record["kind"]
-    if kind == "update":
-        of = f"/{record['epoch_updates']}" if record.get("epoch_updates") else ""
-        parts = [
-            f"epoch {record['epoch']}",
-            f"update {record['epoch_update']}{of} ({record['updates']})",
-        ]
-        names = {"nll_loss": "nll"}
-        for key in ("loss", "nll_loss", "ppl", "lr", "gnorm", "wps", "ups"):
-            if key in record:
-                parts.append(f"{names.get(key, key)} {_num(record[key])}")
-        parts.append(f"elapsed {_clock(record['elapsed'])}")
-        if record.get("epoch_eta") is not None:
-            parts.append(f"epoch eta {_clock(record['epoch_eta'])}")
-        return " | ".join(parts)
-    if kind == "valid":
-        parts = [f"epoch {record['epoch']}", f"valid (update {record['updates']})"]
-        for key, name in (("loss", "loss"), ("nll_loss", "nll"), ("ppl", "ppl"), ("bleu", "bleu")):
-            if key in record:
-                parts.append(f"{name} {_num(record[key])}")
-        if record.get("best") is not None:
-            parts.append(f"best {record['best_metric']} {_num(record['best'])}")
-        if record.get("patience_left") is not None:
-            parts.append(f"patience {record['patience_left']} left")
-        if record.get("lr") is not None:
-            parts.append(f"lr {_num(record['lr'])}")
-        return " | ".join(parts)
-    if kind == "checkpoint":
-        return f"epoch {record['epoch']} | update {record['updates']} | saved {record['path']}"
-    if kind == "stop":
-        return (
-            f"stopped: {record['reason']} | epochs {record['epochs']} | updates "
-            f"{record['updates']} | elapsed {_clock(record['elapsed'])}"
-        )
-    raise ValueError(f"unknown progress record kind {kind!r}")
-
-
-def _plain(value: Any) -> Any:
-    """A logged value as a Python number (tensors were already read when they were logged)."""
-    if isinstance(value, torch.Tensor):
-        return value.item()
-    return value
-
-
-def _json_number(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
 
 
 def _since_best(values: list[float], mode: str) -> int:
@@ -228,7 +159,7 @@ class ProgressLines(pl.Callback):
         if self._log is None:
             self._log = _json_logger() if self.fmt == "json" else _lines_logger()
         if self.fmt == "json":
-            line = json.dumps({k: _json_number(v) for k, v in record.items()})
+            line = json.dumps({k: json_number(v) for k, v in record.items()})
         else:
             line = format_record(record)
         self._log.info(line)
@@ -295,7 +226,7 @@ class ProgressLines(pl.Callback):
             logged = trainer.logged_metrics
             for name in _UPDATE_FIGURES:
                 if f"train/{name}" in logged:
-                    record[name] = _plain(logged[f"train/{name}"])
+                    record[name] = plain_value(logged[f"train/{name}"])
             self.emit(record)
         if self._pending_valid:
             self._pending_valid = False
