@@ -97,17 +97,9 @@ class FConvDecoder(nn.Module):
         self.residuals = stack.residuals
 
         self.fc2 = linear(stack.out_channels, out_embed_dim)
-        if share_embed:
-            if out_embed_dim != embed_dim:
-                raise ModelConfigError(
-                    "model.share_input_output_embed needs decoder_out_embed_dim == "
-                    f"decoder_embed_dim, got {out_embed_dim} and {embed_dim}"
-                )
-            # fairseq: a plain Linear (no weight norm, default bias init) tied to the embeddings
-            self.fc3 = nn.Linear(out_embed_dim, num_embeddings)
-            self.fc3.weight = self.embed_tokens.weight
-        else:
-            self.fc3 = linear(out_embed_dim, num_embeddings, dropout=dropout)
+        self.fc3 = _vocabulary_projection(
+            out_embed_dim, num_embeddings, dropout, self.embed_tokens if share_embed else None
+        )
 
     def forward(
         self,
@@ -306,3 +298,22 @@ def _equal_row_groups(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
         same &= (t[1:] == t[:-1]).flatten(1).all(dim=1)  # row i+1 equals row i
     starts = torch.cat([same.new_ones(min(rows, 1)), ~same])  # (B,) True where a group begins
     return starts.cumsum(0)  # (B,) long
+
+
+def _vocabulary_projection(
+    out_embed_dim: int, num_embeddings: int, dropout: float, tied: nn.Embedding | None
+) -> nn.Module:
+    """fc3, from fc2's D outputs to the vocabulary: weight-normed, or with ``tied`` (the token
+    embeddings, under ``share_embed``) a Linear whose weight is theirs (needs D == E)."""
+    if tied is None:
+        return linear(out_embed_dim, num_embeddings, dropout=dropout)
+    embed_dim = tied.embedding_dim
+    if out_embed_dim != embed_dim:
+        raise ModelConfigError(
+            "model.share_input_output_embed needs decoder_out_embed_dim == "
+            f"decoder_embed_dim, got {out_embed_dim} and {embed_dim}"
+        )
+    # fairseq: a plain Linear (no weight norm, default bias init) tied to the embeddings
+    fc3 = nn.Linear(out_embed_dim, num_embeddings)
+    fc3.weight = tied.weight
+    return fc3

@@ -102,6 +102,22 @@ class FConvEncoder(nn.Module):
         mask_tb = mask.t().unsqueeze(-1) if has_pad else None  # (S, B, 1)
 
         x = x.transpose(0, 1)  # (S, B, C0): time-major for conv_tbc
+        x = self._convolutions(x, mask_tb)  # (S, B, C)
+        x = x.transpose(0, 1)  # (B, S, C)
+        x = self.fc2(x)  # (B, S, E)
+        if has_pad:
+            x = x.masked_fill(mask.unsqueeze(-1), 0.0)
+        x = grad_multiply(x, self.grad_scale)  # forward unchanged, backward scaled
+        y = (x + input_embedding) * SQRT_HALF  # (B, S, E); the embedding is not grad-scaled
+        return {
+            "encoder_out": (x, y),
+            "encoder_padding_mask": mask if has_pad else None,
+            "encoder_has_padding": any_pad,  # training only: whether the mask holds a pad
+        }
+
+    def _convolutions(self, x: torch.Tensor, mask_tb: torch.Tensor | None) -> torch.Tensor:
+        """The gated convolution stack over time-major (S, B, C0) input, with its residual
+        connections; ``mask_tb`` (S, B, 1) True at pads, or None. Returns (S, B, C)."""
         residuals = [x]
         for proj, conv, res in zip(
             self.projections, self.convolutions, self.residuals, strict=True
@@ -123,18 +139,7 @@ class FConvEncoder(nn.Module):
             if residual is not None:
                 x = (x + residual) * SQRT_HALF
             residuals.append(x)
-
-        x = x.transpose(0, 1)  # (B, S, C)
-        x = self.fc2(x)  # (B, S, E)
-        if has_pad:
-            x = x.masked_fill(mask.unsqueeze(-1), 0.0)
-        x = grad_multiply(x, self.grad_scale)  # forward unchanged, backward scaled
-        y = (x + input_embedding) * SQRT_HALF  # (B, S, E); the embedding is not grad-scaled
-        return {
-            "encoder_out": (x, y),
-            "encoder_padding_mask": mask if has_pad else None,
-            "encoder_has_padding": any_pad,  # training only: whether the mask holds a pad
-        }
+        return x
 
     def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: torch.Tensor) -> EncoderOut:
         """A new encoder_out whose row i is row ``new_order[i]`` (beam expansion, shrinking)."""
