@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-import convseq.tasks.generate as generate_mod
+import convseq.inference.jobs as jobs_mod
 from convseq.data.databin import DataBin
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
@@ -229,8 +229,8 @@ def test_only_empty_lines_give_empty_hypotheses_without_translating(
 
 
 def test_output_name_is_the_stem_or_input():
-    assert generate_mod.output_name(Path("/data/newstest2014.de")) == "newstest2014"
-    assert generate_mod.output_name(Path("my file.de")) == "input"
+    assert jobs_mod.output_name(Path("/data/newstest2014.de")) == "newstest2014"
+    assert jobs_mod.output_name(Path("my file.de")) == "input"
 
 
 # ---------------------------------------------------------------------------- fairseq, run.py
