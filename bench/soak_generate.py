@@ -243,8 +243,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, int]:
-    """(translator, GenerationModule over the split's batches, sentences in the split), as
+def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, Any]:
+    """(translator, GenerationModule over the split's batches, the data-bin), as
     `task=generate` builds them; a toy model is trained first without --ckpt."""
     from convseq.data.databin import DataBin
     from convseq.inference.generation import GenerationModule, load_translator, split_batches
@@ -258,7 +258,7 @@ def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, int]:
     module = GenerationModule(
         translator, translator.options, split_batches(translator, databin, args.split, gen)
     )
-    return translator, module, len(databin.text(args.split, "src"))
+    return translator, module, databin
 
 
 def soak(module, sentences: int, args: argparse.Namespace) -> tuple[BatchRecorder, float, float]:
@@ -344,7 +344,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="You are using a custom batch sampler")
     with tempfile.TemporaryDirectory(prefix="convseq-soakgen-") as tmp:
-        translator, module, sentences = generation(args, Path(tmp))
+        translator, module, databin = generation(args, Path(tmp))
+        sentences = len(databin.text(args.split, "src"))
         recorder, start_rss, wall = soak(module, sentences, args)
     result = summary(args, translator, recorder, start_rss, wall)
     print_report(result, args)
