@@ -13,6 +13,7 @@ built by `convseq.data.binarize`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,10 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from filelock import FileLock, Timeout
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 
-from convseq.common.plain import to_plain
+from convseq.common.config import typed
 from convseq.data.binarize import (
     build_databin,
     content_settings,
@@ -54,21 +54,21 @@ DATA_FORMATS = ("convseq", "fairseq")  # data.format: convseq's own data-bin | f
 
 # -- configuration -------------------------------------------------------------------------------
 def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
-    """A validated DataConfig from a DataConfig, a DictConfig or a plain mapping."""
-    if isinstance(data_cfg, DataConfig):
-        container = OmegaConf.structured(data_cfg)
-    elif isinstance(data_cfg, DictConfig):
-        container = to_plain(data_cfg)
-    elif isinstance(data_cfg, Mapping):
-        container = dict(data_cfg)
-    else:
-        raise TypeError(
-            f"data config must be a DataConfig, DictConfig or dict, not {type(data_cfg)}"
-        )
-    try:
-        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), container))
-    except OmegaConfBaseException as e:
-        raise DataError(f"invalid data config: {e}") from e
+    """`data_cfg` as a checked DataConfig: an instance as it is (a new one only where
+    `remove_bpe` is written another way), a DictConfig or a plain mapping typed first.
+
+    Raises:
+        DataError: an unknown key, a value of the wrong type or one convseq cannot use, named.
+    """
+    cfg = typed(DataConfig, data_cfg, "data", DataError)
+    _check_corpus(cfg)
+    _check_settings(cfg)
+    remove_bpe = check_remove_bpe(cfg.remove_bpe)
+    return cfg if remove_bpe == cfg.remove_bpe else dataclasses.replace(cfg, remove_bpe=remove_bpe)
+
+
+def _check_corpus(cfg: DataConfig) -> None:
+    """The format, the languages, the fairseq folder and the extra test sets."""
     if cfg.format not in DATA_FORMATS:
         raise DataError(f"data.format must be one of {DATA_FORMATS}, got {cfg.format!r}")
     fairseq = cfg.format == "fairseq"
@@ -86,11 +86,25 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
             "data.format=fairseq reads a folder written by fairseq-preprocess: give it with "
             "data.path=DIR"
         )
-    cfg.remove_bpe = check_remove_bpe(cfg.remove_bpe)
     if cfg.src_lang is not None and cfg.src_lang == cfg.tgt_lang:
         raise DataError(
             f"data.src_lang and data.tgt_lang are both {cfg.src_lang!r}; they must differ"
         )
+    for name, prefix in cfg.test_sets.items():
+        if name in SPLITS or not _NAME_RE.fullmatch(name):
+            raise DataError(
+                f"data.test_sets.{name}: a test set's name must differ from {SPLITS} and use "
+                "letters, digits and _ . + - only"
+            )
+        if not prefix or "/" in prefix or "\\" in prefix:
+            raise DataError(
+                f"data.test_sets.{name}={prefix!r}: give the input file prefix inside data.dir "
+                f"(the files are <data.dir>/<prefix>.{cfg.src_lang} and .{cfg.tgt_lang})"
+            )
+
+
+def _check_settings(cfg: DataConfig) -> None:
+    """Subwords, the generator, the workers and the length and filter settings."""
     if cfg.subword.type not in SUBWORD_TYPES:
         raise DataError(
             f"data.subword.type must be one of {SUBWORD_TYPES}, got {cfg.subword.type!r}"
@@ -116,7 +130,6 @@ def as_data_config(data_cfg: DataConfig | DictConfig | Mapping) -> DataConfig:
         )
     # PairFilter checks train_invalid, eval_overlong, max_positions and the regex.
     PairFilter(True, cfg.max_positions, cfg.train_invalid, cfg.eval_overlong, cfg.drop_train_regex)
-    return cfg
 
 
 def databin_key(
