@@ -12,6 +12,7 @@ import torch
 
 from convseq.errors import CheckpointError
 from convseq.optim import Annealer, OptimConfigError
+from convseq.optim.config import AnnealConfig
 
 
 def run(annealer: Annealer, val_losses: list[float], max_epochs: int = 1000):
@@ -32,11 +33,11 @@ def run(annealer: Annealer, val_losses: list[float], max_epochs: int = 1000):
     return lrs, None
 
 
-def cfg(name: str, **kw) -> dict:
+def cfg(name: str, **kw) -> AnnealConfig:
     base = {"name": name, "lr_shrink": 0.1, "lr_threshold": 1e-4, "lr_patience": 0}
     base.update({"min_lr": 1e-5, "min_epoch_to_anneal": 0, "force_anneal": None})
     base.update(kw)
-    return base
+    return AnnealConfig(**base)
 
 
 def approx(values):

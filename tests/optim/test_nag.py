@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from convseq.common.config import typed
 from convseq.optim import NAG, OptimConfigError, build_optimizer
+from convseq.optim.config import OPTIMIZER_DEFAULTS, OptimConfig
 
 
 def _nag_by_hand(p, bufs, grad, lr, lr_old, m, wd):
@@ -165,19 +168,19 @@ def test_state_dict_round_trip_continues_identically(dtype):
 
 def test_build_nag_sgd_adam():
     params = [torch.nn.Parameter(torch.zeros(2))]
-    nag = build_optimizer(params, {"name": "nag", "lr": 0.5, "momentum": 0.9, "weight_decay": 1e-4})
+    nag = build_optimizer(params, OptimConfig(name="nag", lr=0.5, momentum=0.9, weight_decay=1e-4))
     assert type(nag) is NAG
     assert (nag.defaults["lr"], nag.defaults["momentum"], nag.defaults["weight_decay"]) == (
         0.5,
         0.9,
         1e-4,
     )
-    sgd = build_optimizer(params, {"name": "sgd", "lr": 0.25})
+    sgd = build_optimizer(params, dataclasses.replace(OPTIMIZER_DEFAULTS["sgd"], lr=0.25))
     assert type(sgd) is torch.optim.SGD
     assert sgd.defaults["momentum"] == 0.0 and sgd.defaults["lr"] == 0.25
-    sgd_m = build_optimizer(params, {"name": "sgd", "lr": 0.25, "momentum": 0.9})
+    sgd_m = build_optimizer(params, OptimConfig(name="sgd", lr=0.25, momentum=0.9))
     assert sgd_m.defaults["momentum"] == 0.9
-    adam = build_optimizer(params, {"name": "adam", "lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-9})
+    adam = build_optimizer(params, OptimConfig(name="adam", lr=1e-3, betas=[0.9, 0.98], eps=1e-9))
     assert isinstance(adam, torch.optim.Adam | torch.optim.AdamW)
     assert adam.defaults["betas"] == (0.9, 0.98) and adam.defaults["eps"] == 1e-9
 
@@ -186,12 +189,13 @@ def test_build_from_composed_config():
     from tests.conftest import compose_config
 
     for name, cls in (("nag", NAG), ("sgd", torch.optim.SGD)):
-        cfg = compose_config([f"optim={name}"])
-        opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg.optim)
+        cfg = typed(OptimConfig, compose_config([f"optim={name}"]).optim, "optim")
+        opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg)
         assert type(opt) is cls
         assert opt.defaults["momentum"] == {"nag": 0.99, "sgd": 0.0}[name]
     adam = build_optimizer(
-        [torch.nn.Parameter(torch.zeros(1))], compose_config(["optim=adam"]).optim
+        [torch.nn.Parameter(torch.zeros(1))],
+        typed(OptimConfig, compose_config(["optim=adam"]).optim, "optim"),
     )
     assert type(adam) is torch.optim.AdamW
     assert adam.defaults["betas"] == (0.9, 0.999) and adam.defaults["lr"] == 0.001
@@ -200,11 +204,11 @@ def test_build_from_composed_config():
 def test_build_errors_name_the_key():
     params = [torch.nn.Parameter(torch.zeros(2))]
     with pytest.raises(OptimConfigError, match="optim.name='rmsprop'"):
-        build_optimizer(params, {"name": "rmsprop", "lr": 0.1})
+        build_optimizer(params, OptimConfig(name="rmsprop", lr=0.1))
     with pytest.raises(OptimConfigError, match="optim.lr"):
-        build_optimizer(params, {"name": "nag", "lr": -1.0})
+        build_optimizer(params, OptimConfig(name="nag", lr=-1.0))
     with pytest.raises(OptimConfigError, match="optim.betas"):
-        build_optimizer(params, {"name": "adam", "lr": 1e-3, "betas": [0.9]})
+        build_optimizer(params, OptimConfig(name="adam", lr=1e-3, betas=[0.9]))
 
 
 # ---------------------------------------------------------------------------- the foreach path
@@ -271,5 +275,5 @@ def test_foreach_nag_issues_a_few_ops_per_dtype_not_four_per_parameter():
 
 
 def test_build_optimizer_gives_the_foreach_nag():
-    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], {"name": "nag", "lr": 0.1})
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], OptimConfig(name="nag", lr=0.1))
     assert isinstance(opt, NAG) and opt.foreach

@@ -9,34 +9,37 @@ import pytest
 
 from convseq.evaluation.history import METRICS_FILE, read_metrics
 from convseq.optim.build import OptimConfigError
+from convseq.optim.config import AnnealConfig
 from convseq.optim.warmup import UpdateSchedule
 from tests.training_utils import summary, tiny_config
 
 
 def test_inverse_sqrt_warms_up_linearly_then_decays_with_the_root():
-    s = UpdateSchedule({"name": "inverse_sqrt", "warmup_updates": 4}, lr=1.0)
+    s = UpdateSchedule(AnnealConfig(name="inverse_sqrt", warmup_updates=4), lr=1.0)
     assert [s.lr_at(u) for u in (1, 2, 3, 4)] == [0.25, 0.5, 0.75, 1.0]
     assert s.lr_at(16) == 0.5 and s.lr_at(64) == 0.25
-    s = UpdateSchedule({"name": "inverse_sqrt", "warmup_updates": 2, "warmup_init_lr": 0.5}, lr=1.0)
+    s = UpdateSchedule(
+        AnnealConfig(name="inverse_sqrt", warmup_updates=2, warmup_init_lr=0.5), lr=1.0
+    )
     assert s.lr_at(1) == 0.75 and s.finished(10**9) is None
 
 
 def test_cosine_falls_from_the_peak_to_min_lr_and_ends_the_run():
-    s = UpdateSchedule({"name": "cosine", "total_updates": 10, "min_lr": 0.1}, lr=1.1)
+    s = UpdateSchedule(AnnealConfig(name="cosine", total_updates=10, min_lr=0.1), lr=1.1)
     assert s.lr_at(1) == pytest.approx(0.1 + 0.5 * (1 + math.cos(math.pi * 0.1)))
     assert s.lr_at(5) == pytest.approx(0.6)  # half way: the mean of peak and floor
     assert s.lr_at(10) == pytest.approx(0.1) and s.lr_at(11) == pytest.approx(0.1)
     assert s.finished(9) is None and "update 10" in s.finished(10)
-    by_max_update = UpdateSchedule({"name": "cosine"}, lr=1.0, max_update=7)
+    by_max_update = UpdateSchedule(AnnealConfig(name="cosine"), lr=1.0, max_update=7)
     assert by_max_update.total == 7
 
 
 @pytest.mark.parametrize(
     "cfg, key",
     [
-        ({"name": "inverse_sqrt", "warmup_updates": 0}, "anneal.warmup_updates"),
-        ({"name": "cosine", "warmup_updates": 5, "total_updates": 5}, "anneal.total_updates"),
-        ({"name": "cosine", "total_updates": 9, "warmup_init_lr": 2.0}, "anneal.warmup_init_lr"),
+        (AnnealConfig(name="inverse_sqrt", warmup_updates=0), "anneal.warmup_updates"),
+        (AnnealConfig(name="cosine", warmup_updates=5, total_updates=5), "anneal.total_updates"),
+        (AnnealConfig(name="cosine", total_updates=9, warmup_init_lr=2.0), "anneal.warmup_init_lr"),
     ],
 )
 def test_bad_settings_are_named(cfg, key):
