@@ -182,8 +182,8 @@ def main() -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
     from convseq.cli.schema import register_configs
+    from convseq.tasks.config import as_config
     from convseq.tasks.train import train
 
     register_configs()
@@ -213,7 +213,7 @@ def main() -> None:
     callbacks: list[pl.Callback] = [recorder, *(SigtermAt(k) for k in sigterm)]
     if count_syncs:
         callbacks.append(SyncCounter(recorder.record))
-    train(to_plain(cfg), callbacks=callbacks)
+    train(as_config(cfg), callbacks=callbacks)
     torch.save(recorder.record, record_dir / f"rank{recorder.record['rank']}.pt")
 
 

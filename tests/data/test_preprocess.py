@@ -292,11 +292,11 @@ def test_crlf_input_gives_the_same_ids(tmp_path):
 @pytest.mark.parametrize(
     "over, words",
     [
-        ({"subwrd": {"type": "bpe"}}, "invalid data config"),
+        ({"subwrd": {"type": "bpe"}}, "data.subwrd"),
         ({"subword": {"type": "wordpiece"}}, "data.subword.type"),
         ({"tgt_lang": "de"}, "must differ"),
         ({"generator": "web"}, "data.generator"),
-        ({"max_positions": "long"}, "invalid data config"),
+        ({"max_positions": "long"}, "data.max_positions"),
     ],
 )
 def test_invalid_settings(tiny, over, words):

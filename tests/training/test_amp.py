@@ -6,14 +6,18 @@ overflow at chosen updates (inf put into a gradient, as a real overflow would).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import pytorch_lightning as pl
 import torch
 
+from convseq.common.config import TrainerConfig
 from convseq.errors import NonFiniteError
 from convseq.tasks.train import train
 from convseq.training import amp
 from convseq.training.amp import LossScaler, PrecisionError, check_bf16, scale_window
+from convseq.training.config import AmpConfig
 from tests.training_utils import last_checkpoint, summary, tiny_config
 
 FP16 = ["trainer.precision=16-mixed", "trainer.accelerator=cpu"]
@@ -78,11 +82,12 @@ def test_a_loss_scale_below_the_floor_stops_training_with_a_clear_error(
 
 
 def test_the_scale_window_defaults_to_fairseqs():
-    assert scale_window({}, {"devices": 1}) == 2**14
-    assert scale_window({}, {"devices": 2, "num_nodes": 2, "accumulate_grad_batches": 4}) == 1024
-    assert scale_window({"scale_window": 100}, {"devices": 8}) == 100
+    assert scale_window(AmpConfig(), TrainerConfig(devices=1)) == 2**14
+    four = TrainerConfig(devices=2, num_nodes=2, accumulate_grad_batches=4)
+    assert scale_window(AmpConfig(), four) == 1024
+    assert scale_window(AmpConfig(scale_window=100), TrainerConfig(devices=8)) == 100
     with pytest.raises(PrecisionError, match="amp.scale_window=0"):
-        scale_window({"scale_window": 0}, {})
+        scale_window(AmpConfig(scale_window=0), TrainerConfig())
 
 
 def fake_gpu(monkeypatch, capability: tuple[int, int], name: str) -> None:
@@ -94,24 +99,24 @@ def fake_gpu(monkeypatch, capability: tuple[int, int], name: str) -> None:
 
 def test_bf16_is_refused_on_a_gpu_without_bfloat16_naming_what_to_use(monkeypatch):
     fake_gpu(monkeypatch, (6, 1), "Tesla P40")
-    trainer = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
+    trainer = TrainerConfig(accelerator="gpu", devices=1, precision="bf16-mixed")
     with pytest.raises(PrecisionError, match=r"Tesla P40 \(compute capability 6\.1\)") as e:
         check_bf16(trainer)
     assert "trainer.precision=16-mixed" in str(e.value)
-    check_bf16({**trainer, "precision": "16-mixed"})  # fp16 is fine there
+    check_bf16(replace(trainer, precision="16-mixed"))  # fp16 is fine there
     fake_gpu(monkeypatch, (8, 0), "NVIDIA A100")
     check_bf16(trainer)  # Ampere has it
 
 
 def test_16_mixed_below_capability_7_warns_with_the_fp32_advice(monkeypatch, caplog):
-    trainer = {"accelerator": "gpu", "devices": 1, "precision": "16-mixed"}
+    trainer = TrainerConfig(accelerator="gpu", devices=1, precision="16-mixed")
     fake_gpu(monkeypatch, (6, 1), "Tesla P40")
     with caplog.at_level("WARNING", logger=amp.__name__):
         messages = amp.warn_fp16(trainer)
     assert len(messages) == 1 and "Tesla P40 (compute capability 6.1)" in messages[0]
     assert "trainer.precision=32-true" in messages[0] and messages[0] in caplog.text
-    assert amp.warn_fp16({**trainer, "precision": "32-true"}) == []  # fp32: nothing to say
-    assert amp.warn_fp16({**trainer, "accelerator": "cpu"}) == []  # no GPU in the run
+    assert amp.warn_fp16(replace(trainer, precision="32-true")) == []  # fp32: nothing to say
+    assert amp.warn_fp16(replace(trainer, accelerator="cpu")) == []  # no GPU in the run
     fake_gpu(monkeypatch, (7, 0), "Tesla V100")
     assert amp.warn_fp16(trainer) == []  # tensor cores from 7.0
 
@@ -147,11 +152,11 @@ def test_a_16_mixed_trainer_gets_the_configured_scaler(tiny_data, tmp_path):
 
 
 def test_bf16_on_a_cpu_needs_avx512_bf16(monkeypatch):
-    trainer = {"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed"}
+    trainer = TrainerConfig(accelerator="cpu", devices=1, precision="bf16-mixed")
     monkeypatch.setattr(amp, "cpu_has", lambda feature: False)
     with pytest.raises(PrecisionError, match="needs AVX-512 BF16") as e:
         check_bf16(trainer)
     assert "trainer.precision=32-true" in str(e.value)
-    check_bf16({**trainer, "precision": "32-true"})  # fp32 always runs
+    check_bf16(replace(trainer, precision="32-true"))  # fp32 always runs
     monkeypatch.setattr(amp, "cpu_has", lambda feature: feature == "bf16")
     check_bf16(trainer)  # a CPU with the instructions

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from convseq.training.config import CriterionConfig
 from convseq.training.criterion import (
     CriterionConfigError,
     LabelSmoothedCrossEntropy,
@@ -147,7 +148,9 @@ def test_logged_values_are_base_2_per_token():
 
 def test_criterion_from_config_and_sample_size():
     logits, target = _batch()
-    crit = LabelSmoothedCrossEntropy.from_config({"label_smoothing": 0.1}, padding_idx=PAD)
+    crit = LabelSmoothedCrossEntropy.from_config(
+        CriterionConfig(label_smoothing=0.1), padding_idx=PAD
+    )
     out = crit(logits, target)
     assert crit.sample_size(out) is out.ntokens
     assert torch.equal(out.loss, label_smoothed_cross_entropy(logits, target, 0.1, PAD).loss)

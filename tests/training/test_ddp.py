@@ -50,7 +50,7 @@ def _module(out) -> tuple[ConvSeqModule, dict]:
 
 def _step_from(init: dict, batches: list[dict], out, per_batch_mean: bool = False) -> dict:
     """One plain-PyTorch update from `init` over `batches` (no DDP, no Lightning)."""
-    module, ckpt = _module(out)
+    module, _ = _module(out)
     module.model.load_state_dict(init)
     module.train()
     losses, sizes = [], []
@@ -64,7 +64,7 @@ def _step_from(init: dict, batches: list[dict], out, per_batch_mean: bool = Fals
     else:  # fairseq: sum of the losses / tokens of the whole update
         loss = sum(losses) / sum(sizes)
     loss.backward()
-    opt = build_optimizer(module.model.parameters(), ckpt["hyper_parameters"]["optim"])
+    opt = build_optimizer(module.model.parameters(), module.optim_cfg)
     opt.step()
     return {k: v.detach().clone() for k, v in module.model.state_dict().items()}
 
