@@ -85,6 +85,7 @@ def data_settings(max_tokens: int) -> tuple[dict, dict]:
     data.dir = str(CORPUS)
     data = OmegaConf.to_container(data, resolve=True)
     tokens = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "batching" / "tokens.yaml"))
+    tokens.pop("defaults", None)  # Hydra's lookup of batch_sizes' own sizes, not a batching key
     tokens["max_tokens"] = max_tokens
     return data, tokens
 

@@ -217,7 +217,7 @@ def plan_and_loader(data: dict, cache: str, repeats: int, loader_batches: int) -
     from convseq.data.datamodule import TranslationDataModule
 
     batching = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "batching" / "tokens.yaml"))
-    batching["max_tokens"] = data["batch_tokens"]  # what ${data.batch_tokens} resolves to
+    batching.pop("defaults", None)  # Hydra's lookup of batch_sizes' own sizes: none for multi30k
     dm = TranslationDataModule(data, batching, cache)
     dm.setup("fit")
     ds = dm.dataset("train")

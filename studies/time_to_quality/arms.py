@@ -68,8 +68,8 @@ def width(dim: int) -> list[str]:
 LEVERS: dict[str, list[str]] = {
     "drop0.1": ["model.dropout=0.1"],  # the recipe's model is small: less dropout, faster fit?
     "ls0": ["criterion.label_smoothing=0.0"],
-    "tok2000": ["data.batch_tokens=2000"],  # twice the updates an epoch, each half as large
-    "tok8000": ["data.batch_tokens=8000"],
+    "tok2000": ["batching.max_tokens=2000"],  # twice the updates an epoch, each half as large
+    "tok8000": ["batching.max_tokens=8000"],
     "wide192": width(192),  # 1.5x the time an update (multi30k_compare.yaml's measurement)
     # two processes of one thread: an 8,000-token update in about one 4,000-token update's time
     "ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],

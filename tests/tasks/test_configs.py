@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from convseq.cli.dispatch import to_plain
+from convseq.common.config import plain as to_plain
+from convseq.data.corpus_dir import generated_dir
 from tests.conftest import CONF_DIR, ROOT, compose_config
 
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "local")
-# `# @package _global_` options: they set keys of other groups
-GLOBAL_GROUPS = ("experiment", "hparams_search")
+# `# @package _global_` options: they set keys of other groups (batch_sizes: none, it is a name
+# that the batching options look their sizes up by)
+GLOBAL_GROUPS = ("batch_sizes", "experiment", "hparams_search")
 
 
 def _options(group: str) -> list[str]:
@@ -59,8 +60,11 @@ def test_defaults_are_the_toy_setup(tmp_path, cache_dir):
     assert cfg["data"]["name"] == "toy" and cfg["data"]["generator"] == "toy"
     assert cfg["model"]["arch"] == "fconv_toy"
     assert cfg["optim"]["name"] == "nag" and cfg["batching"]["name"] == "tokens"
-    # the toy corpus is generated into the cache, never into the project or the cwd
-    assert Path(cfg["data"]["dir"]).is_relative_to(cache_dir)
+    # the toy corpus is generated into the cache, never into the project or the cwd: the toy
+    # group leaves data.dir unset, and the generator's folder is in the cache
+    assert cfg["data"]["dir"] is None
+    folder = generated_dir(cfg["paths"]["cache_dir"], "toy", cfg["data"]["generator_seed"])
+    assert folder.is_relative_to(cache_dir)
 
 
 def test_paths_are_absolute_and_follow_the_environment(tmp_path, monkeypatch, cache_dir):
@@ -125,7 +129,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_token_budget_follows_the_corpus_preset_unless_overridden(tmp_path, cache_dir):
     toy = to_plain(compose_config([], output_dir=str(tmp_path)))
-    assert toy["batching"]["max_tokens"] == toy["data"]["batch_tokens"] == 1000
+    assert toy["batching"]["max_tokens"] == 1000 and "batch_tokens" not in toy["data"]
     m30k = to_plain(compose_config(["data=multi30k"], output_dir=str(tmp_path)))
     assert m30k["batching"]["max_tokens"] == 4000
     mine = to_plain(compose_config(["batching.max_tokens=2500"], output_dir=str(tmp_path)))

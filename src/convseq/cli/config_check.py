@@ -28,6 +28,8 @@ __all__ = ["ConfigKeyError", "check_key", "check_keys", "schema_tree", "suggesti
 SchemaTree = dict[str, "SchemaTree | None"]
 
 IGNORED_ROOT_KEYS = ("hydra",)  # Hydra's own node, present when its config is returned too
+# keys that were removed for another that holds the same value: the message names the new one
+MOVED_KEYS = {"data.batch_tokens": "batching.max_tokens"}
 
 
 class ConfigKeyError(ConvseqError, KeyError):
@@ -98,7 +100,7 @@ def _unknown(cfg: Any, tree: SchemaTree | None, prefix: str) -> Iterator[str]:
 
 
 def _message(path: str, tree: SchemaTree) -> str:
-    close = suggestions(path, tree)
+    close = [MOVED_KEYS[path]] if path in MOVED_KEYS else suggestions(path, tree)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
     return (
         f"unknown config key {path}{hint}: convseq's config has no such key, and a leading + "

@@ -89,14 +89,16 @@ class DataConfig:
     # Processes that segment and binarise the text (fairseq-preprocess's --workers); the data-bin
     # is the same bytes whatever the number, so it is not part of its key.
     workers: int = 1
-    # The corpus's usual token budget: conf/batching/tokens.yaml reads it as its max_tokens, so a
-    # small corpus can ask for smaller batches (more updates per epoch). batching.max_tokens wins.
-    batch_tokens: int = 4000
 
 
 @dataclass
 class BatchingConfig:
-    """How sentences are packed into batches (fairseq's --max-tokens / --batch-size)."""
+    """How sentences are packed into batches (fairseq's --max-tokens / --batch-size).
+
+    conf/batching/<name>.yaml holds each option's sizes; a corpus or a recipe that packs to other
+    sizes names them with `batch_sizes=NAME` (conf/batch_sizes/default.yaml says how), and
+    `batching.max_tokens` / `batching.max_sentences` on the command line win over both.
+    """
 
     name: str = "tokens"  # tokens | sentences (for display and sweep reports)
     # Token budget: batch size x longest sentence (max of source and target, EOS included) <= this.

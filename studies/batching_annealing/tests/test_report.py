@@ -75,7 +75,7 @@ def _history(epochs: int, lr0: float, falls_at: int | None) -> list[dict]:
 def _config(batching: str, anneal: str, seed: int, optim: str, momentum: float, lr: float,
             force: int = 9) -> str:  # fmt: skip
     return (
-        f"seed: {seed}\nbatching:\n  name: {batching}\n  max_tokens: ${{data.batch_tokens}}\n"
+        f"seed: {seed}\nbatching:\n  name: {batching}\n  max_tokens: 4000\n"
         f"anneal:\n  name: {anneal}\n  force_anneal: {force}\n"
         f"optim:\n  name: {optim}\n  momentum: {momentum}\n  lr: {lr}\n"
         "paths:\n  output_dir: ${hydra:runtime.output_dir}\n"
