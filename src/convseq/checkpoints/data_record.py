@@ -33,13 +33,19 @@ __all__ = [
 DATA_HPARAMS = "datamodule_hyper_parameters"  # Lightning's key of the data module's hparams
 # Data settings that must agree between a model and the data it translates or is averaged with
 IDENTITY = ("src_lang", "tgt_lang", "subword", "vocab")
+# Keys that older checkpoints record and that are no longer data settings, left out of the record
+# so that it is a data config of today (batch_tokens: the token budget is batching.max_tokens)
+REMOVED = ("batch_tokens",)
 
 
 def training_data(ckpt: Mapping[str, Any]) -> dict | None:
-    """The plain ``data`` config a training checkpoint was trained on; None when not recorded."""
+    """The plain ``data`` config a training checkpoint was trained on; None when not recorded.
+    Settings since removed (`REMOVED`) are left out."""
     hparams = ckpt.get(DATA_HPARAMS)
     data = hparams.get("data") if isinstance(hparams, Mapping) else None
-    return dict(data) if isinstance(data, Mapping) else None
+    if not isinstance(data, Mapping):
+        return None
+    return {key: value for key, value in data.items() if key not in REMOVED}
 
 
 def pair_of(data: Mapping[str, Any] | None, text: Mapping[str, Any] | None) -> tuple | None:
