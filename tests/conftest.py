@@ -56,11 +56,16 @@ def missing_multi30k(*names: str) -> str | None:
     )
 
 
-def compose_config(overrides: list[str] | None = None, output_dir: str | None = None):
-    """Compose conf/config.yaml with overrides, as run.py would (Hydra's own checks apply)."""
+def compose_config(
+    overrides: list[str] | None = None,
+    output_dir: str | None = None,
+    conf_dir: str | Path = CONF_DIR,
+):
+    """Compose conf/config.yaml with overrides, as run.py would (Hydra's own checks apply);
+    `conf_dir`: another conf/ tree, e.g. a copy with a conf/local/default.yaml of the test's."""
     register_configs()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides or []))
     if output_dir is not None:
         cfg.paths.output_dir = output_dir
