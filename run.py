@@ -5,7 +5,10 @@ Examples:
     python run.py task=preprocess data=multi30k       # binarise a corpus (CONVSEQ_DATA_ROOT=...)
     python run.py model=fconv optim=nag anneal=force
     python run.py -m optim=nag,sgd anneal=plateau,force,lua   # a sweep, one folder per job
+    python run.py task=generate ckpt=outputs/... --cfg job    # the keys a task uses, resolved
     python run.py --help                              # the tasks, the groups and every key
+
+Each task composes its own primary config, conf/<task>.yaml (train's where no task= is given).
 """
 
 import os
@@ -15,30 +18,36 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from convseq.cli.command_line import compose_without_run_folder, main_guard, wants_no_run_folder
+from convseq.cli.command_line import (
+    compose_without_run_folder,
+    main_guard,
+    task_of,
+    wants_no_run_folder,
+)
 from convseq.cli.dispatch import dispatch
 from convseq.cli.hydra_callbacks import job_errors
 from convseq.cli.rank_args import rank_args
-from convseq.cli.schema import register_configs
+from convseq.cli.schema import open_node_args, register_configs
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 register_configs()
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig):
-    """Compose conf/, then run `cfg.task` on the resolved, plain config."""
+    """Run `cfg.task` on its composed config (see convseq.cli.dispatch)."""
     with job_errors():  # a failed sweep job leaves its error for the sweep report
         return dispatch(cfg)
 
 
 if __name__ == "__main__":
-    main_guard(sys.argv[1:], CONF_DIR)  # a misspelt key fails here, with the closest known keys
-    if wants_no_run_folder(sys.argv[1:]):  # task=preprocess: no run folder, no .hydra/
-        dispatch(compose_without_run_folder(sys.argv[1:], CONF_DIR, "config"))
+    argv = sys.argv[1:]
+    main_guard(argv, CONF_DIR)  # a misspelt key fails here, with the closest known keys
+    if wants_no_run_folder(argv):  # task=preprocess: no run folder, no .hydra/
+        dispatch(compose_without_run_folder(argv, CONF_DIR))
     else:
         # a rank other than the first of a torchrun / srun / multi-machine launch: no .hydra/
         # and a log of its own in the shared run folder (convseq.cli.rank_args)
-        sys.argv[1:] = rank_args(sys.argv[1:], os.environ)
-        main()
+        # data.KEY=VALUE alone (a task that reads a checkpoint): added to its open data node
+        sys.argv[1:] = rank_args(open_node_args(argv), os.environ)
+        hydra.main(config_path="conf", config_name=task_of(argv), version_base="1.3")(main)()

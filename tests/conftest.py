@@ -7,10 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
-from convseq.cli.schema import register_configs
+from convseq.cli.schema import compose_task
 from tests.training_utils import one_thread, tiny_data  # noqa: F401  (training test fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,15 +59,10 @@ def compose_config(
     output_dir: str | None = None,
     conf_dir: str | Path = CONF_DIR,
 ):
-    """Compose conf/config.yaml with overrides, as run.py would (Hydra's own checks apply);
-    `conf_dir`: another conf/ tree, e.g. a copy with a conf/local/default.yaml of the test's."""
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides or []))
-    if output_dir is not None:
-        cfg.paths.output_dir = output_dir
-    return cfg
+    """Compose the primary config of the task the overrides name (conf/<task>.yaml, train's
+    without task=), as run.py would (Hydra's own checks apply); `conf_dir`: another conf/ tree,
+    e.g. a copy with a conf/local/default.yaml of the test's."""
+    return compose_task(conf_dir, list(overrides or []), output_dir)
 
 
 # what an experiment tracker's logger writes into a run folder: TensorBoard's event files and the

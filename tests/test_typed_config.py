@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 
 import convseq.cli.dispatch as dispatch_module
+from convseq.cli.schema import TASKS
 from convseq.common.config import PathsConfig, TrainerConfig, plain, typed
 from convseq.data.config import BatchingConfig, DataConfig
 from convseq.errors import SettingError
+from convseq.evaluation.config import ReportConfig
 from convseq.inference.options import GenConfig
 from convseq.models.config import FConvConfig
 from convseq.optim.config import AnnealConfig, OptimConfig
-from convseq.tasks.config import Config, as_config
+from convseq.tasks.config import TASK_CONFIGS, as_config
 from convseq.training.config import AmpConfig, CheckpointConfig, CriterionConfig, TrainConfig
-from tests.conftest import compose_config
+from tests.conftest import ROOT, compose_config
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "convseq"
 
@@ -40,12 +42,13 @@ OWNERS = {
     "amp": (AmpConfig, "convseq.training.config"),
     "checkpoint": (CheckpointConfig, "convseq.training.config"),
     "gen": (GenConfig, "convseq.inference.options"),
+    "report": (ReportConfig, "convseq.evaluation.config"),
 }
 
 
 def test_each_group_is_typed_by_the_schema_of_its_own_layer():
     cfg = as_config(compose_config(["optim=adam", "anneal=inverse_sqrt"], output_dir="x"))
-    assert isinstance(cfg, Config) and isinstance(cfg, TrainConfig)
+    assert type(cfg) is TrainConfig
     for group, (schema, module) in OWNERS.items():
         assert type(getattr(cfg, group)) is schema, group
         assert schema.__module__ == module, group
@@ -53,14 +56,19 @@ def test_each_group_is_typed_by_the_schema_of_its_own_layer():
     assert (cfg.optim.name, cfg.optim.lr, cfg.optim.clip_norm) == ("adam", 0.001, 0.0)
 
 
+def _groups(schema: type) -> set[type]:
+    """The config dataclasses below a task's root, at any depth."""
+    found = set()
+    for f in dataclasses.fields(schema):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default):
+            found |= {type(default)} | _groups(type(default))
+    return found
+
+
 def test_no_schema_repeats_another_ones_fields():
-    """One default per key: no two config dataclasses of src/ share three or more fields."""
-    schemas = {s for s, _ in OWNERS.values()} | {Config, TrainConfig}
-    schemas |= {
-        type(getattr(Config(), f.name))
-        for f in dataclasses.fields(Config)
-        if dataclasses.is_dataclass(getattr(Config(), f.name))
-    }
+    """One default per key: no two group schemas of src/ share three or more fields."""
+    schemas = {g for root in TASK_CONFIGS.values() for g in _groups(root)}
     own = {s: {f.name for f in dataclasses.fields(s)} for s in schemas}
     for a in schemas:
         for b in schemas:
@@ -70,13 +78,54 @@ def test_no_schema_repeats_another_ones_fields():
             assert len(shared) < 3, f"{a.__name__} and {b.__name__} both define {sorted(shared)}"
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_each_task_composes_only_its_own_schema(task):
+    """conf/<task>.yaml holds its schema's keys, no others; the command line's typed object is
+    what a Python caller builds from the same composition."""
+    schema = TASK_CONFIGS[task]
+    composed = compose_config([f"task={task}"], output_dir="out")
+    assert set(composed) == {f.name for f in dataclasses.fields(schema)}
+    cfg = as_config(composed)
+    assert type(cfg) is schema and cfg.task == task
+    own = schema(task=task, paths=PathsConfig(**plain(composed.paths)))
+    if task == "train":  # the toy corpus and model the primary config chooses
+        own = dataclasses.replace(own, data=cfg.data, model=cfg.model, batching=cfg.batching)
+        own = dataclasses.replace(own, logger=cfg.logger)
+    if task == "preprocess":
+        own = dataclasses.replace(own, data=cfg.data)
+    assert plain(cfg) == plain(own)
+
+
+def test_a_checkpoint_task_says_where_its_data_comes_from(tmp_path):
+    """--cfg job of task=generate shows the data it will use: the checkpoint's ({}), or the
+    keys the command line changes; Python's composition says the same."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    def cfg_job(*args: str) -> dict:
+        out = subprocess.run(
+            [sys.executable, "run.py", "task=generate", "ckpt=x.ckpt", *args, "--cfg", "job"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return yaml.safe_load(out.stdout)
+
+    assert cfg_job()["data"] == {} == plain(compose_config(["task=generate"]).data)
+    moved = cfg_job("data.dir=/corpora/m30k")["data"]
+    assert moved == {"dir": "/corpora/m30k"}
+    assert plain(compose_config(["task=generate", "data.dir=/corpora/m30k"]).data) == moved
+
+
 def test_dispatch_hands_the_task_the_composed_objects(monkeypatch):
     seen = {}
     monkeypatch.setattr(dispatch_module, "task_function", lambda t: lambda c: seen.update(cfg=c))
-    monkeypatch.setattr(dispatch_module, "given_overrides", lambda: None)
     dispatch_module.dispatch(compose_config(["optim.lr=0.5", "gen.beam=3"], output_dir="x"))
     cfg = seen["cfg"]
-    assert isinstance(cfg, Config)
+    assert type(cfg) is TrainConfig
     assert isinstance(cfg.optim, OptimConfig) and cfg.optim.lr == 0.5
     assert isinstance(cfg.gen, GenConfig) and cfg.gen.search_kwargs()["beam"] == 3
 
@@ -126,7 +175,7 @@ def test_typed_names_the_key_of_a_bad_mapping():
         typed(OptimConfig, {"lrr": 2}, "optim")
     with pytest.raises(SettingError, match=r"optim\.lr: .*abc"):
         typed(OptimConfig, {"lr": "abc"}, "optim")
-    assert plain(one)["lr"] == 0.5 and plain(Config())["gen"]["beam"] == 5
+    assert plain(one)["lr"] == 0.5 and plain(TrainConfig())["gen"]["beam"] == 5
 
 
 # -------------------------------------------------------------------------- the library reads attributes

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import torch
 
-from convseq.tasks.config import Config, as_config
+from convseq.tasks.config import as_config
+from convseq.training.config import TrainConfig
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
@@ -51,7 +52,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> Config:
+def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> TrainConfig:
     """The composed config of a tiny run over the tiny corpus, typed as the command line hands
     it to a task."""
     from tests.conftest import compose_config  # here: conftest imports this module's fixtures

@@ -3,8 +3,8 @@
 - `check_command_line`: a misspelt key among the overrides fails at once, with the closest known
   keys (`optim.lrr`: did you mean `optim.lr`?), before Hydra's own message, whose hint
   (`To append to your config use +optim.lrr=0.1`) would lead to a key nothing reads.
-- `given_overrides`: which keys and groups the user set, so that tasks reading a checkpoint can
-  take its data settings unless the user gave theirs.
+- `task_of`: the task the command line names, whose primary config (conf/<task>.yaml) Hydra
+  composes.
 - `wants_no_run_folder`: `task=preprocess` writes into the shared cache only, so run.py composes
   its config without making a run folder.
 - `check_plugins`: an option that needs a Hydra plugin from an optional extra
@@ -24,22 +24,25 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
-from convseq.cli.config_check import ConfigKeyError, check_key
+from convseq.cli.config_check import ConfigKeyError, check_key, schema_tree
+from convseq.cli.schema import config_name, open_node_args
 from convseq.errors import ConvseqError
+from convseq.tasks.config import TASK_CONFIGS
 
 __all__ = [
     "NO_RUN_FOLDER_TASKS",
     "MissingPlugin",
     "check_command_line",
     "check_plugins",
-    "given_overrides",
-    "gives",
     "parse_overrides",
+    "task_of",
     "compose_without_run_folder",
     "wants_no_run_folder",
 ]
 
-NO_RUN_FOLDER_TASKS = ("preprocess",)  # tasks that write nothing of their own into a run folder
+NO_RUN_FOLDER_TASKS = ("preprocess",)
+# groups only task=train's primary config has (conf/train.yaml): a recipe sets training keys
+TRAINING_ONLY_GROUPS = ("experiment", "hparams_search")  # tasks that write nothing of their own into a run folder
 
 # (group, option or None for any) -> the Hydra plugin module it needs and how to install it
 PLUGINS = {
@@ -92,36 +95,32 @@ def _is_group(override: Override, conf_dir: Path) -> bool:
 
 
 def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
-    """Refuse an override whose key the schema does not know (Hydra's own keys excepted).
+    """Refuse an override whose key the task's schema does not know (Hydra's own keys
+    excepted).
 
     Raises:
         ConfigKeyError: the key and the closest known ones.
     """
+    task = task_of(argv)
+    tree = schema_tree(TASK_CONFIGS[task])
     for override in parse_overrides(override_args(argv)):
         key = override.key_or_group
+        if key in TRAINING_ONLY_GROUPS and task != "train":
+            raise ConfigKeyError(
+                f"{key}= chooses a training recipe or search, which task={task} does not read: "
+                "leave it out (a checkpoint task takes the checkpoint's data unless data=NAME "
+                "names a corpus, e.g. data=multi30k_recipe for the Multi30k recipes' data); "
+                f"`python run.py task={task} --cfg job` prints the keys task={task} reads"
+            )
         if key == "hydra" or key.startswith("hydra.") or _is_group(override, Path(conf_dir)):
             continue
-        check_key(key)
+        check_key(key, tree, task)
 
 
-def given_overrides() -> list[Override] | None:
-    """The overrides of this Hydra run's command line (None outside a Hydra run)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return None
-    return parse_overrides(list(HydraConfig.get().overrides.task))
-
-
-def gives(overrides: Sequence[Override], *names: str) -> bool:
-    """Whether an override sets one of the groups or nodes `names` or a key below them."""
-    for override in overrides:
-        key = override.key_or_group
-        if any(key == n or key.startswith((f"{n}.", f"{n}/")) for n in names):
-            return True
-        if override.package is not None and override.package.split(".")[0] in names:
-            return True
-    return False
+def task_of(argv: Sequence[str]) -> str:
+    """The task the command line names (`task=NAME`; train where none is named), whose primary
+    config (conf/<task>.yaml) Hydra composes."""
+    return config_name(override_args(argv))
 
 
 def wants_no_run_folder(argv: Sequence[str]) -> bool:
@@ -132,9 +131,7 @@ def wants_no_run_folder(argv: Sequence[str]) -> bool:
     return bool(tasks) and str(tasks[-1].value()) in NO_RUN_FOLDER_TASKS
 
 
-def compose_without_run_folder(
-    argv: Sequence[str], conf_dir: str | Path, config_name: str
-) -> DictConfig:
+def compose_without_run_folder(argv: Sequence[str], conf_dir: str | Path) -> DictConfig:
     """conf/ composed with the overrides, as @hydra.main would, but with no run folder, no
     `.hydra/` and no log file (log lines go to the console): for a task that writes into the
     cache only (`paths.output_dir` is the cache)."""
@@ -143,10 +140,10 @@ def compose_without_run_folder(
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
-    overrides = [*override_args(argv), "paths.output_dir=${paths.cache_dir}"]
+    overrides = [*open_node_args(override_args(argv)), "paths.output_dir=${paths.cache_dir}"]
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=overrides)
+            cfg = compose(config_name=task_of(argv), overrides=overrides)
     except Exception as e:  # Hydra's composition errors: one message, as Hydra prints them
         print(f"convseq: error: {e}", file=sys.stderr)
         raise SystemExit(1) from e

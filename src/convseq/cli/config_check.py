@@ -1,6 +1,6 @@
 """Every key of a composed config must be one the schema knows: a misspelt key fails, `+` or not.
 
-Hydra's structured schema (`convseq.cli.schema.Config`) refuses `optim.lrr=0.1`, but a leading
+Hydra's structured schema (the task's, `convseq.tasks.config.TASK_CONFIGS`) refuses `optim.lrr=0.1`, but a leading
 `+` (`+optim.lrr=0.1`) opens the node and appends the key, and the run would train with
 `optim.lr` at its default. `check_keys` walks the composed config against the schema after
 composition and refuses any key the schema does not have, with the closest known keys
@@ -18,10 +18,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from convseq.cli.schema import Config
 from convseq.errors import ConvseqError
+from convseq.tasks.config import TASK_CONFIGS
 
-__all__ = ["ConfigKeyError", "check_key", "check_keys", "schema_tree", "suggestions"]
+__all__ = [
+    "ConfigKeyError",
+    "check_key",
+    "check_keys",
+    "has_key",
+    "schema_tree",
+    "suggestions",
+]
 
 # A schema node: the known keys below it, each mapping to its own node, or None where the
 # schema is open (a dict-, list- or Any-typed field, or a plain value).
@@ -39,11 +46,15 @@ class ConfigKeyError(ConvseqError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def schema_tree(schema: type = Config) -> SchemaTree:
-    """The keys of `schema` (a dataclass), nested; None marks a node that takes any key."""
+def schema_tree(schema: type) -> SchemaTree:
+    """The keys of `schema` (a dataclass), nested; None marks a node that takes any key.
+
+    An open field whose metadata names a schema (``metadata={"schema": DataConfig}``: the data
+    settings of a task that reads a checkpoint) has that schema's keys.
+    """
     tree: SchemaTree = {}
     for f in dataclasses.fields(schema):
-        kind = _dataclass_of(f)
+        kind = f.metadata.get("schema") or _dataclass_of(f)
         tree[f.name] = schema_tree(kind) if kind is not None else None
     return tree
 
@@ -58,32 +69,42 @@ def _dataclass_of(f: dataclasses.Field) -> type | None:
     return type(default) if dataclasses.is_dataclass(default) else None
 
 
-def check_keys(cfg: DictConfig | Mapping[str, Any], tree: SchemaTree | None = None) -> None:
-    """Refuse the first key of `cfg` the schema does not know.
+def check_keys(cfg: DictConfig | Mapping[str, Any], tree: SchemaTree, task: str = "") -> None:
+    """Refuse the first key of `cfg` the schema (`tree`, of `task`) does not know.
 
     Raises:
         ConfigKeyError: naming the key's dotted path and the closest known keys.
     """
-    tree = schema_tree() if tree is None else tree
     plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     for path in _unknown(plain, tree, ""):
-        raise ConfigKeyError(_message(path, tree))
+        raise ConfigKeyError(_message(path, tree, task))
 
 
-def check_key(path: str, tree: SchemaTree | None = None) -> None:
+def check_key(path: str, tree: SchemaTree, task: str = "") -> None:
     """Refuse the dotted key `path` (e.g. from the command line) unless the schema has it.
 
     Raises:
         ConfigKeyError: as `check_keys`.
     """
-    tree = schema_tree() if tree is None else tree
     node: SchemaTree | None = tree
     for part in path.split("."):
         if node is None:
             return  # below an open node
         if part not in node:
-            raise ConfigKeyError(_message(path, tree))
+            raise ConfigKeyError(_message(path, tree, task))
         node = node[part]
+
+
+def has_key(path: str, tree: SchemaTree) -> bool:
+    """Whether the schema `tree` knows the dotted key `path` (below an open node: yes)."""
+    node: SchemaTree | None = tree
+    for part in path.split("."):
+        if node is None:
+            return True
+        if part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _unknown(cfg: Any, tree: SchemaTree | None, prefix: str) -> Iterator[str]:
@@ -99,13 +120,24 @@ def _unknown(cfg: Any, tree: SchemaTree | None, prefix: str) -> Iterator[str]:
             yield from _unknown(value, tree[key], f"{path}.")
 
 
-def _message(path: str, tree: SchemaTree) -> str:
+def _message(path: str, tree: SchemaTree, task: str = "") -> str:
+    owners = [
+        t for t, schema in TASK_CONFIGS.items() if t != task and has_key(path, schema_tree(schema))
+    ]
+    if task and owners:  # a key of another task's config
+        return (
+            f"unknown config key {path} for task={task}: it is a key of "
+            f"{' and '.join(f'task={t}' for t in owners)}; each task's config holds the keys it "
+            f"uses (`python run.py task={task} --cfg job` prints them)"
+        )
     close = [MOVED_KEYS[path]] if path in MOVED_KEYS else suggestions(path, tree)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    of = f"task={task}'s config" if task else "convseq's config"
     return (
-        f"unknown config key {path}{hint}: convseq's config has no such key, and a leading + "
+        f"unknown config key {path}{hint}: {of} has no such key, and a leading + "
         "does not add one (only open nodes such as data.test_sets take new keys); "
-        "`python run.py --cfg job` prints every key with its value"
+        f"`python run.py{f' task={task}' if task else ''} --cfg job` prints every key with "
+        "its value"
     )
 
 

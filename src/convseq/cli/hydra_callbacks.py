@@ -28,7 +28,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from convseq.common.config import TrainerConfig
+from convseq.common.config import DeviceConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _devices(value: Any) -> int:
     return 2  # "auto": as many as there are
 
 
-def relaunching_ddp(trainer: TrainerConfig | DictConfig) -> bool:
+def relaunching_ddp(trainer: DeviceConfig | DictConfig) -> bool:
     """Whether these Trainer settings make Lightning re-run the command line in new processes."""
     processes = _devices(trainer.devices) * trainer.num_nodes
     return str(trainer.strategy) in _RELAUNCHING and processes > 1

@@ -1,22 +1,26 @@
-"""The structured-config schema behind conf/: unknown keys and wrong types fail at composition.
+"""The structured-config schemas behind conf/: unknown keys and wrong types fail at composition.
 
-`register_configs()` stores the root schema in Hydra's ConfigStore as `config_schema`;
-conf/config.yaml extends it explicitly in its defaults list, so every group option (a YAML file
-under conf/<group>/) is merged onto a typed node and checked by Hydra itself. It also stores each
+Each task has its primary config, conf/<task>.yaml, composed from the groups it uses.
+`register_configs()` stores each task's schema (`convseq.tasks.config.TASK_CONFIGS`) in
+Hydra's ConfigStore as `<task>_schema`; the task's primary config extends it in its defaults
+list, so every group option (a YAML file under conf/<group>/) is merged onto a typed node and
+checked by Hydra itself. `compose_task` composes a task's config as `python run.py` does. It also stores each
 optimiser's defaults (`convseq.optim.config.OPTIMIZER_DEFAULTS`) as `optim/defaults/<name>`, which
 conf/optim/<name>.yaml starts from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from convseq.optim.config import OPTIMIZER_DEFAULTS
-from convseq.tasks.config import Config
+from convseq.tasks.config import TASK_CONFIGS
 
 # task= value -> what it does, in one line (`python run.py --help` lists them)
 TASK_HELP = {
@@ -66,6 +70,51 @@ def register_configs() -> None:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
     store = ConfigStore.instance()
-    store.store(name="config_schema", node=Config)
+    for task, schema in TASK_CONFIGS.items():  # what conf/<task>.yaml starts from
+        store.store(name=f"{task}_schema", node=schema)
     for name, defaults in OPTIMIZER_DEFAULTS.items():  # what conf/optim/<name>.yaml starts from
         store.store(group="optim/defaults", name=name, node=defaults)
+
+
+def config_name(overrides: Sequence[str]) -> str:
+    """The primary config (conf/<name>.yaml) of the task that `task=...` among `overrides`
+    names; train's where none does."""
+    tasks = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
+    return tasks[-1] if tasks and tasks[-1] in TASKS else "train"
+
+
+def open_node_args(args: Sequence[str]) -> list[str]:
+    """`args` with Hydra's `++` added to each `KEY=VALUE` below an open node whose keys a
+    schema still names (the `data` of a task that reads a checkpoint: `data.dir=FOLDER` alone
+    changes the checkpoint's data settings). Hydra adds keys to an open node only with `+`;
+    `convseq.cli.config_check` has checked them against the node's schema either way."""
+    task = config_name(args)
+    schema = TASK_CONFIGS[task]
+    prefixes = tuple(
+        f"{f.name}." for f in dataclasses.fields(schema) if f.metadata.get("schema") is not None
+    )
+    if not prefixes:
+        return list(args)
+    return [
+        f"++{a}" if "=" in a and not a.startswith(("+", "~", "-")) and a.startswith(prefixes) else a
+        for a in args
+    ]
+
+
+def compose_task(
+    conf_dir: str | Path, overrides: Sequence[str] = (), output_dir: str | None = None
+) -> DictConfig:
+    """The composed config of the task that `overrides` name (`task=NAME`, else train), as
+    `python run.py` composes it, without a run folder (`paths.output_dir` is `output_dir`, or
+    unset). Hydra's own checks apply; the key check of `convseq.cli.config_check` is the
+    caller's (`convseq.cli.dispatch.dispatch` does it)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
+        cfg = compose(config_name=config_name(overrides), overrides=open_node_args(overrides))
+    if output_dir is not None:
+        cfg.paths.output_dir = output_dir
+    return cfg

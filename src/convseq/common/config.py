@@ -22,7 +22,7 @@ from convseq.errors import SettingError
 
 T = TypeVar("T")
 
-__all__ = ["PathsConfig", "TrainerConfig", "plain", "typed"]
+__all__ = ["DeviceConfig", "PathsConfig", "TrainerConfig", "plain", "typed"]
 
 
 @dataclass
@@ -35,20 +35,33 @@ class PathsConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """Arguments passed to pytorch_lightning.Trainer (a subset; see conf/trainer), and how many
-    threads a process runs.
-
-    Here rather than in training/ because generation (`convseq.inference.generation`'s
-    predict Trainer) and the thread rule (`convseq.common.threads`) read it too.
-    """
+class DeviceConfig:
+    """Where a task runs: the devices, the processes and the threads (the `trainer` node of the
+    tasks that translate; `TrainerConfig` adds what training reads)."""
 
     accelerator: str = "cpu"  # cpu | gpu | auto
     devices: Any = 1  # number of devices or a list of ids
     num_nodes: int = 1
     strategy: str = "auto"  # auto | ddp | ddp_spawn
+    # torch threads per process; None: the CPUs this process may use / the processes sharing
+    # them (convseq.common.threads); OMP_NUM_THREADS set before the start also wins over the rule
+    threads: int | None = None
+    # CUDA GPUs of compute capability >= 8.0: fp32 products in TF32 (convseq.common.tf32);
+    # false: full fp32 arithmetic. Nothing changes on a CPU or an older GPU.
+    tf32: bool = True
+
+
+@dataclass
+class TrainerConfig(DeviceConfig):
+    """Arguments passed to pytorch_lightning.Trainer (a subset; see conf/trainer) and the
+    devices and threads (`DeviceConfig`).
+
+    Here rather than in training/ because generation (`convseq.inference.generation`'s
+    predict Trainer) and the thread rule (`convseq.common.threads`) read its devices too.
+    """
+
     precision: str = "32-true"  # 32-true | bf16-mixed | 16-mixed
-    max_epochs: int = 100  # fairseq's --max-epoch
+    max_epochs: int = 100  # fairseq's --max-epoch (0 = no limit)
     max_time: str | None = None  # "DD:HH:MM:SS": stop after this wall time
     accumulate_grad_batches: int = 1  # fairseq's --update-freq
     check_val_every_n_epoch: int = 1
@@ -61,15 +74,9 @@ class TrainerConfig:
     fast_dev_run: bool = False
     enable_progress_bar: bool = True  # false: no bar (progress=auto still writes lines off a TTY)
     deterministic: bool = False
-    # convseq's own (not Trainer arguments): how progress shows, auto | bar | lines | json | none
-    # (auto: the bar on a terminal, a line every log_every_n_steps updates otherwise)
+    # convseq's own (not a Trainer argument): how progress shows, auto | bar | lines | json |
+    # none (auto: the bar on a terminal, a line every log_every_n_steps updates otherwise)
     progress: str = "auto"
-    # torch threads per process; None: the CPUs this process may use / the processes sharing
-    # them (convseq.common.threads); OMP_NUM_THREADS set before the start also wins over the rule
-    threads: int | None = None
-    # CUDA GPUs of compute capability >= 8.0: fp32 products in TF32 (convseq.common.tf32);
-    # false: full fp32 arithmetic. Nothing changes on a CPU or an older GPU.
-    tf32: bool = True
 
 
 def typed(
@@ -103,8 +110,13 @@ def typed(
         name = f"{where}.{key}" if where and key else (key or where or schema.__name__)
         detail = str(e).splitlines()[0]
         if isinstance(e, ConfigKeyError):
-            known = sorted(f.name for f in dataclasses.fields(schema))  # type: ignore[arg-type]
-            detail += f"; the keys of {where or schema.__name__} are {known}"
+            # the keys of the node that lacks it (a nested group's, e.g. config.optim's)
+            node = getattr(e, "object_type", None)
+            if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+                node = schema
+            known = sorted(f.name for f in dataclasses.fields(node))  # type: ignore[arg-type]
+            parent = ".".join(p for p in (where, key.rpartition(".")[0]) if p)
+            detail += f"; the keys of {parent or node.__name__} are {known}"
         raise error(f"{name}: {detail}") from e
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from convseq.common.config import TrainerConfig
+from convseq.common.config import DeviceConfig
 from convseq.common.threads import (
     USER_OMP,
     ThreadChoice,
@@ -114,7 +114,7 @@ def sweep_job_cpus() -> tuple[int, str] | None:
     return job_cpus(launcher, sweeper, jobs, len(affinity()))  # type: ignore[arg-type]
 
 
-def task_threads(trainer_cfg: TrainerConfig) -> ThreadChoice:
+def task_threads(trainer_cfg: DeviceConfig) -> ThreadChoice:
     """Choose and set this process's torch threads (`convseq.common.threads`) for a task whose
     `trainer` config this is; a job of a sweep run in parallel on this machine takes its share.
     """

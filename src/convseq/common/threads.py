@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from convseq.common.config import TrainerConfig
+from convseq.common.config import DeviceConfig
 from convseq.errors import SettingError
 
 __all__ = [
@@ -81,7 +81,7 @@ def _positive(value: Any, what: str) -> int:
     return n
 
 
-def _devices_per_node(trainer: TrainerConfig) -> int:
+def _devices_per_node(trainer: DeviceConfig) -> int:
     """The processes Lightning starts on each machine for its own DDP launch (1 otherwise)."""
     if not str(trainer.strategy).startswith("ddp"):
         return 1
@@ -95,7 +95,7 @@ def _devices_per_node(trainer: TrainerConfig) -> int:
 
 
 def choose_threads(
-    trainer: TrainerConfig,
+    trainer: DeviceConfig,
     job_cpus: tuple[int, str] | None = None,
     env: Mapping[str, str] | None = None,
     user_omp: str | None = None,

@@ -12,6 +12,7 @@ are translated as before, with the data the user names.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,9 @@ from convseq.checkpoints.data_record import (
     pair_of,
     segmentation_differs,
 )
+from convseq.common.config import plain, typed
 from convseq.data.base_databin import BaseDataBin
+from convseq.data.config import DataConfig
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
 from convseq.inference.errors import DataMismatchError
@@ -34,6 +37,8 @@ __all__ = [
     "check_databin",
     "check_given_data",
     "data_to_translate",
+    "recorded_data",
+    "split_given",
     "trained_on",
 ]
 
@@ -132,23 +137,42 @@ def check_given_data(model: TrainedOn, data: Mapping[str, Any]) -> None:
         )
 
 
+def split_given(data: Mapping[str, Any] | None) -> tuple[dict | None, dict | None]:
+    """A checkpoint task's `data` node as (a data config given whole, keys given alone).
+
+    A data option (`data=NAME`) always sets `name`: the node is then a corpus of its own; keys
+    without it (`data.dir=...`) change the checkpoint's data; nothing means the checkpoint's.
+    """
+    if not data:
+        return None, None
+    given = plain(data)
+    return (given, None) if "name" in given else (None, given)
+
+
+def recorded_data(record: Mapping[str, Any]) -> DataConfig:
+    """A checkpoint's record of its training data as a DataConfig; keys the schema no longer
+    has (a setting since removed) are dropped."""
+    known = {f.name for f in dataclasses.fields(DataConfig)}
+    return typed(DataConfig, {k: v for k, v in record.items() if k in known}, "data")
+
+
 def data_to_translate(
     model: TrainedOn,
     given: Mapping[str, Any] | None,
-    cache_dir: str | Path,
     overrides: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> DataConfig:
     """The data config whose split generation translates.
 
     Args:
         model: what the checkpoints record.
         given: the user's data config, or None when the user gave none (the checkpoint's).
-        cache_dir: the cache of this run (``paths.cache_dir``): a generated corpus (the toy
-            one) that is not in a folder of this machine is generated there again, in the
-            generator's own folder (its ``dir`` is left unset: `convseq.data.corpus_dir`).
         overrides: with `given` None, keys the user set on the checkpoint's data (nested, e.g.
             ``{"dir": "/corpora/multi30k"}`` from ``data.dir=...``): the result is checked as
             given data.
+
+    A generated corpus (the toy one) that is not in a folder of this machine is generated
+    again in the generator's own folder of the cache (its ``dir`` is left unset:
+    `convseq.data.corpus_dir`).
 
     Raises:
         DataMismatchError: the given data does not match (`check_given_data`); or none was given
@@ -158,29 +182,28 @@ def data_to_translate(
         given = merged(model.data, overrides)
     if given is not None:
         check_given_data(model, given)
-        return dict(given)
+        return typed(DataConfig, given, "data", DataMismatchError)
     if model.data is None:
         raise DataMismatchError(
             f"{model.name} records no training data (a fairseq checkpoint or task=import_"
             "fairseq's): give the data whose split to translate with data=NAME (and "
             "data.dir=FOLDER), or translate a text file with gen.input=FILE"
         )
-    data = dict(model.data)
-    if data.get("format") == "fairseq":  # a fairseq-preprocess folder, read where it is
-        folder = Path(str(data.get("path") or "")).expanduser()
-        if data.get("path") and folder.is_dir():
+    data = recorded_data(model.data)
+    if data.format == "fairseq":  # a fairseq-preprocess folder, read where it is
+        folder = Path(data.path or "").expanduser()
+        if data.path and folder.is_dir():
             return data
         raise DataMismatchError(
             f"{model.name} was trained on the fairseq data-bin {folder}, a folder that is not on "
             "this machine: give where it is here with data.path=FOLDER (the checkpoint's other "
             f"data settings are kept); {OTHER_TEXT}"
         )
-    corpus = Path(str(data.get("dir") or "")).expanduser()
-    if data.get("dir") and corpus.is_dir():
+    corpus = Path(data.dir or "").expanduser()
+    if data.dir and corpus.is_dir():
         return data
-    if data.get("generator"):  # same seed, same bytes: generated again into this cache's folder
-        data["dir"] = None  # a given dir is only read: unset, the generator writes its own
-        return data
+    if data.generator:  # same seed, same bytes: generated again into this cache's folder
+        return dataclasses.replace(data, dir=None)  # unset: the generator writes its own
     raise DataMismatchError(
         f"{model.name} was trained on {model.describe()} from {corpus}, a folder that is not on "
         "this machine: give where that corpus is here with data.dir=FOLDER (the checkpoint's "

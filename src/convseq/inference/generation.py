@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from convseq.common.config import TrainerConfig
+from convseq.common.config import DeviceConfig
 from convseq.common.distributed import rank_and_world
 from convseq.data.batching import source_batches
 from convseq.data.databin import DataBin
@@ -289,7 +289,7 @@ class GenerationModule(pl.LightningModule):
             self.profiler_.batch_end()
 
 
-def predict_trainer(trainer: TrainerConfig, progress: bool = False) -> pl.Trainer:
+def predict_trainer(trainer: DeviceConfig, progress: bool = False) -> pl.Trainer:
     """A Trainer for trainer.predict (no logger, no checkpoints) on ``trainer.devices`` devices.
 
     With several devices (``trainer.strategy=ddp``, or ``trainer=ddp``) each rank translates its

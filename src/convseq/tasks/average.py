@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convseq.checkpoints.average import DEFAULT_NAME, average_checkpoints, last_n_checkpoints
-from convseq.common.config import plain
 from convseq.errors import CheckpointError
-from convseq.tasks.config import Config
+from convseq.inference.data_match import split_given
+from convseq.tasks.config import AverageTaskConfig
 
 __all__ = ["run_average"]
 
@@ -30,12 +30,12 @@ def _expand(ckpts: Sequence[str] | str | None) -> list[Path]:
     return [Path(os.path.expanduser(str(c))).absolute() for c in ckpts]
 
 
-def run_average(cfg: Config) -> Path:
+def run_average(cfg: AverageTaskConfig) -> Path:
     """`task=average`: the checkpoints of `ckpts` (or the last `average.last_n` of a run).
 
     Writes `average.output`, by default `<output_dir>/averaged.ckpt` (the Hydra folder of
-    this command), and prints the path. ``cfg.data``: None when the user gave no data (the
-    inputs' own is kept), else a data config every input must have been trained on.
+    this command), and prints the path. ``cfg.data``: empty when the user gave no data (the
+    inputs' own is kept), else a data option every input must have been trained on.
     """
     ckpts = _expand(cfg.ckpts)
     last_n = cfg.average.last_n
@@ -55,7 +55,8 @@ def run_average(cfg: Config) -> Path:
                 )
     output = cfg.average.output or Path(cfg.paths.output_dir) / DEFAULT_NAME
     # compared with what each checkpoint records of its data: plain values
-    path = average_checkpoints(ckpts, output, None if cfg.data is None else plain(cfg.data))
+    given, _ = split_given(cfg.data)  # keys alone (no data option) change nothing here
+    path = average_checkpoints(ckpts, output, given)
     names = ", ".join(str(p) for p in ckpts)
     print(f"convseq: averaged {len(ckpts)} checkpoints ({names}) into {path}", flush=True)
     return path

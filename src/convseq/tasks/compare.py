@@ -31,6 +31,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from convseq.common.config import plain
 from convseq.data.preprocess import open_databin
 from convseq.errors import DataError
 from convseq.evaluation.bootstrap import (
@@ -42,12 +43,12 @@ from convseq.evaluation.bootstrap import (
     paired_bootstrap,
     read_lines,
 )
-from convseq.tasks.config import Config
+from convseq.tasks.config import CompareTaskConfig
 
 __all__ = ["run_compare"]
 
 
-def _references(cfg: Config, split: str) -> tuple[list[str], str]:
+def _references(cfg: CompareTaskConfig, split: str) -> tuple[list[str], str]:
     """The reference lines and where they come from: compare.refs, else the data-bin's text."""
     refs = cfg.compare.refs
     if refs:
@@ -58,16 +59,16 @@ def _references(cfg: Config, split: str) -> tuple[list[str], str]:
                 path=str(refs),
             )
         return lines, str(refs)
-    if cfg.data is None:
+    if not cfg.data:
         raise DataError(
-            "task=compare scores against compare.refs=FILE or the split of a data option "
+            "task=compare scores against compare.refs=FILE or the split of a corpus "
             "(data=NAME): give one of them"
         )
-    databin = open_databin(cfg.data, cfg.paths.cache_dir)
+    databin = open_databin(plain(cfg.data), cfg.paths.cache_dir)
     return databin.text(split, "tgt"), f"{databin.path} ({split} references)"
 
 
-def run_compare(cfg: Config) -> list[SystemResult]:
+def run_compare(cfg: CompareTaskConfig) -> list[SystemResult]:
     """`python run.py task=compare compare.runs=[...]`: see the module docstring."""
     opts = cfg.compare
     split = opts.split

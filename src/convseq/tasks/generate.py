@@ -47,18 +47,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from convseq.common.config import plain
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.base_databin import TEXT_SPLITS
 from convseq.data.preprocess import open_databin
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
-from convseq.inference.data_match import check_databin, data_to_translate
+from convseq.inference.data_match import check_databin, data_to_translate, split_given
 from convseq.inference.errors import GenerationError
 from convseq.inference.generation import (
     adopt_segmentation,
@@ -83,27 +82,26 @@ from convseq.inference.records import (
     write_hypotheses,
     write_nbest,
 )
-from convseq.tasks.config import Config
+from convseq.tasks.config import GenerateTaskConfig
 from convseq.viz.attention import write_attention_plots
 from convseq.viz.time_breakdown import write_time_breakdown
 
 
-def run_generate(cfg: Config, data_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
     """`python run.py task=generate ckpt=...`: see the module docstring. Returns the results.
 
-    Args:
-        cfg: the config; ``cfg.data`` None translates the checkpoint's own data.
-        data_overrides: ``data.KEY=...`` values the command line set without ``data=NAME``,
-            nested (e.g. ``{"dir": ...}``): put into the checkpoint's data settings.
+    ``cfg.data``: empty, the checkpoint's own data; a data option (``data=NAME``), that corpus;
+    keys alone (``data.dir=...``), the checkpoint's data with them changed
+    (`convseq.tasks.config`).
     """
     task_threads(cfg.trainer)  # this process's share of the CPUs
     gen = cfg.gen
     plot_attention = attention_plot_count(gen)
     if gen.input:
-        data = None if cfg.data is None else plain(cfg.data)
-        job = input_job(cfg.ckpt, gen, cfg.trainer.accelerator, data)
+        given, _ = split_given(cfg.data)  # not read: a data option must still be the model's
+        job = input_job(cfg.ckpt, gen, cfg.trainer.accelerator, given)
     else:
-        job = split_job(cfg, data_overrides)
+        job = split_job(cfg)
     profiler = GenerationProfiler(job.translator.models) if gen.profile else None
     trainer = predict_trainer(cfg.trainer)
 
@@ -224,12 +222,12 @@ def attention_plot_count(gen: GenConfig) -> int:
 # ---------------------------------------------------------------------------- what to translate
 
 
-def split_job(cfg: Config, data_overrides: Mapping[str, Any] | None = None) -> Job:
+def split_job(cfg: GenerateTaskConfig) -> Job:
     """``gen.split`` of the data-bin of ``data``, scored against the split's raw reference text.
 
-    ``cfg.data`` None (not given): the data the checkpoint was trained on, with
-    ``data_overrides`` put in; a data config: checked against the checkpoint's before and after
-    its data-bin is built (`convseq.inference.data_match`).
+    ``cfg.data`` empty or keys alone: the data the checkpoint was trained on, with those keys
+    changed; a data option: checked against the checkpoint's before and after its data-bin is
+    built (`convseq.inference.data_match`).
     """
     gen = cfg.gen
     split = gen.split
@@ -242,10 +240,9 @@ def split_job(cfg: Config, data_overrides: Mapping[str, Any] | None = None) -> J
     reference = read_input(gen.reference, "gen.reference") if gen.reference else None
     translator = load_translator(cfg.ckpt, gen, cfg.trainer.accelerator)
     cache_dir = cfg.paths.cache_dir
-    # a data config is compared with what the checkpoint records of its data: plain values
-    chosen = None if cfg.data is None else plain(cfg.data)
-    data = data_to_translate(translator.trained_on, chosen, cache_dir, data_overrides)
-    given = data if chosen is not None or data_overrides else None
+    chosen, changed = split_given(cfg.data)
+    data = data_to_translate(translator.trained_on, chosen, changed)
+    given = data if chosen is not None or changed else None
     databin = open_databin(data, cache_dir)
     if split not in databin.scored_splits():
         raise DataError(

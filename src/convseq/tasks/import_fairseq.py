@@ -23,7 +23,7 @@ from convseq.checkpoints.fairseq import load_fairseq
 from convseq.checkpoints.io import atomic_torch_save
 from convseq.errors import CheckpointError
 from convseq.optim.config import OptimConfig
-from convseq.tasks.config import Config
+from convseq.tasks.config import ImportFairseqTaskConfig
 from convseq.training.config import CriterionConfig
 from convseq.training.module import ConvSeqModule
 
@@ -71,7 +71,7 @@ def import_fairseq(
     return output
 
 
-def run_import_fairseq(cfg: Config) -> Path:
+def run_import_fairseq(cfg: ImportFairseqTaskConfig) -> Path:
     """Convert the fairseq checkpoint `ckpt` to a convseq checkpoint."""
     if not cfg.ckpt:
         raise CheckpointError("task=import_fairseq needs ckpt=PATH: a fairseq fconv checkpoint")

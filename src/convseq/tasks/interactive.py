@@ -19,13 +19,12 @@ from typing import IO
 
 import torch
 
-from convseq.common.config import plain
 from convseq.common.parallel_jobs import task_threads
 from convseq.errors import ConvseqError
-from convseq.inference.data_match import check_given_data
+from convseq.inference.data_match import check_given_data, split_given
 from convseq.inference.generation import checkpoint_paths, load_translator
 from convseq.inference.translator import Translator
-from convseq.tasks.config import Config
+from convseq.tasks.config import GenerateTaskConfig
 
 SEPARATOR = " ||| "
 
@@ -85,7 +84,7 @@ def _keep_stdout_for_answers(stdout: IO[str]) -> None:
 
 
 def run_interactive(
-    cfg: Config,
+    cfg: GenerateTaskConfig,
     stdin: IO[bytes] | None = None,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
@@ -98,8 +97,9 @@ def run_interactive(
     _keep_stdout_for_answers(stdout)
     accelerator = cfg.trainer.accelerator
     translator = load_translator(cfg.ckpt, cfg.gen, accelerator, databin=None)
-    if cfg.data is not None:  # given: it must be the data the model was trained on
-        check_given_data(translator.trained_on, plain(cfg.data))
+    given, _ = split_given(cfg.data)
+    if given is not None:  # a data option: it must be the data the model was trained on
+        check_given_data(translator.trained_on, given)
     if accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         translator.to("cuda")
     opts = translator.options

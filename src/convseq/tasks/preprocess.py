@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from convseq.data.preprocess import prepare_databin
-from convseq.tasks.config import Config
+from convseq.tasks.config import PreprocessTaskConfig
 
 __all__ = ["run_preprocess"]
 
 
-def run_preprocess(cfg: Config) -> Path:
+def run_preprocess(cfg: PreprocessTaskConfig) -> Path:
     """Build (or reuse) the data-bin of `cfg.data` in the shared cache; return its folder."""
     path = prepare_databin(cfg.data, cfg.paths.cache_dir)
     print(f"data-bin ready: {path}")

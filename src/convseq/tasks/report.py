@@ -14,12 +14,12 @@ from pathlib import Path
 
 from convseq.errors import DataError
 from convseq.evaluation.report import write_report
-from convseq.tasks.config import Config
+from convseq.tasks.config import ReportTaskConfig
 
 __all__ = ["run_report"]
 
 
-def run_report(cfg: Config) -> dict[str, Path]:
+def run_report(cfg: ReportTaskConfig) -> dict[str, Path]:
     """Summarise the multirun in `sweep_dir`; print it."""
     if not cfg.sweep_dir:
         raise DataError(

@@ -50,6 +50,7 @@ from convseq.checkpoints.io import (
     resolve_resume,
 )
 from convseq.common.clock import command_start
+from convseq.common.config import typed
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
@@ -59,7 +60,6 @@ from convseq.evaluation.history import (
     time_to_quality_line,
 )
 from convseq.optim.warmup import check_update_schedule
-from convseq.tasks.config import Config, as_config
 from convseq.training.bleu import wants_valid_bleu
 from convseq.training.build import (
     build_callbacks,
@@ -97,13 +97,13 @@ def _report(output_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def train(
-    cfg: Config | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None = None
+    cfg: TrainConfig | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None = None
 ) -> float:
     """Train (or continue training) the model `cfg` describes; see the module docstring.
 
     Args:
-        cfg: the config: a `Config` (what the command line passes), or a DictConfig or a
-            mapping of its keys, typed here (`convseq.tasks.config.as_config`).
+        cfg: the config: a `TrainConfig` (what the command line passes), or a DictConfig or a
+            mapping of its keys, typed here (`convseq.common.config.typed`).
         callbacks: extra Lightning callbacks, called after convseq's own (except checkpointing,
             which Lightning always calls last).
 
@@ -117,10 +117,10 @@ def train(
 
 
 def _train(
-    cfg: Config | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None
+    cfg: TrainConfig | DictConfig | Mapping[str, Any], callbacks: list[pl.Callback] | None
 ) -> dict[str, Any]:
     """`train`'s work; returns the run's summary (what summary.json holds)."""
-    cfg = as_config(cfg)
+    cfg = typed(TrainConfig, cfg, "config")
     t_start = time.perf_counter()
     started = command_start()  # the clock of the run's time to quality
     # Epoch-level figures are already summed over DDP ranks before they are logged.
@@ -219,7 +219,7 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def run_train(cfg: Config) -> float:
+def run_train(cfg: TrainConfig) -> float:
     """`python run.py task=train`: train, and return the best `optimized_metric` value.
 
     A run cut short by a signal exits with 75 (`EX_TEMPFAIL`) once its summary is written: on

@@ -13,6 +13,7 @@ from typing import Any
 
 from convseq.common.config import PathsConfig, TrainerConfig
 from convseq.data.config import BatchingConfig, DataConfig
+from convseq.evaluation.config import ReportConfig
 from convseq.inference.options import GenConfig
 from convseq.models.config import FConvConfig
 from convseq.optim.config import AnnealConfig, OptimConfig
@@ -78,6 +79,8 @@ class TrainConfig:
     save_interval_updates: int = 0  # checkpoints/updateUUUUUUU.ckpt every N updates (0 = off)
     profile: bool = False  # print where each training epoch's time goes
     final_test: bool = True  # test loss (and gen.test_bleu) of best.ckpt at the end
+    # the sweep report written after a multirun (-m) of training runs (task=report's too)
+    report: ReportConfig = field(default_factory=ReportConfig)
     # conf/logger: the experiment tracker(s), one `_target_` entry or a dict of them (open node)
     logger: Any = None
     # conf/callbacks: extra Lightning callbacks, a dict of `_target_` entries (open node)
