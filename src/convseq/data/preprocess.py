@@ -111,17 +111,6 @@ def _check_settings(cfg: DataConfig) -> None:
         )
     if cfg.generator not in (None, "toy"):
         raise DataError(f"data.generator must be null or 'toy', got {cfg.generator!r}")
-    for name, prefix in cfg.test_sets.items():
-        if name in SPLITS or not _NAME_RE.fullmatch(name):
-            raise DataError(
-                f"data.test_sets.{name}: a test set's name must differ from {SPLITS} and use "
-                "letters, digits and _ . + - only"
-            )
-        if not prefix or "/" in prefix or "\\" in prefix:
-            raise DataError(
-                f"data.test_sets.{name}={prefix!r}: give the input file prefix inside data.dir "
-                f"(the files are <data.dir>/<prefix>.{cfg.src_lang} and .{cfg.tgt_lang})"
-            )
     if cfg.workers < 1:
         raise DataError(f"data.workers must be >= 1, got {cfg.workers}")
     if cfg.subword.input_sentence_size < 0:
