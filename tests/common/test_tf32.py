@@ -32,8 +32,8 @@ def test_set_tf32_sets_matrix_products_and_cudnn_together():
 @pytest.mark.parametrize(("value", "state"), [("false", "off"), ("true", "on")])
 def test_dispatch_applies_the_key_before_the_task_runs(monkeypatch, value, state):
     seen = []
-    monkeypatch.setattr(dispatch_module, "task_function", lambda task: lambda plain: seen.append(
-        (plain["trainer"]["tf32"], tf32_state())
+    monkeypatch.setattr(dispatch_module, "task_function", lambda task: lambda cfg: seen.append(
+        (cfg.trainer.tf32, tf32_state())
     ))  # fmt: skip
     set_tf32(value == "false")  # the opposite first: dispatch must change it
     dispatch_module.dispatch(compose_config([f"trainer.tf32={value}"], output_dir="/tmp/x"))

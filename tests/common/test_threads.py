@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from convseq.common import threads
+from convseq.common.config import DeviceConfig, TrainerConfig
 from convseq.common.threads import ThreadChoice, choose_threads, local_share
 from convseq.errors import SettingError
 
@@ -18,50 +19,54 @@ def eight_cpus(monkeypatch):
 
 
 def test_one_process_takes_its_affinity(eight_cpus):
-    got = choose_threads({"strategy": "auto", "devices": 1}, env={})
+    got = choose_threads(TrainerConfig(strategy="auto", devices=1), env={})
     assert got == ThreadChoice(8, "affinity 8 / 1 process")
 
 
 def test_local_world_size_divides_the_affinity(eight_cpus):
-    got = choose_threads({}, env={"LOCAL_WORLD_SIZE": "2"})
+    got = choose_threads(TrainerConfig(), env={"LOCAL_WORLD_SIZE": "2"})
     assert got == ThreadChoice(4, "affinity 8 / 2 local processes (LOCAL_WORLD_SIZE)")
 
 
 def test_lightning_devices_divide_under_ddp_only(eight_cpus):
-    assert choose_threads({"strategy": "ddp", "devices": 4}, env={}).threads == 2
-    assert choose_threads({"strategy": "ddp_spawn", "devices": [0, 1]}, env={}).threads == 4
+    assert choose_threads(TrainerConfig(strategy="ddp", devices=4), env={}).threads == 2
+    assert choose_threads(TrainerConfig(strategy="ddp_spawn", devices=[0, 1]), env={}).threads == 4
     # one process, whatever devices says, without a ddp strategy
-    assert choose_threads({"strategy": "auto", "devices": 4}, env={}).threads == 8
+    assert choose_threads(TrainerConfig(strategy="auto", devices=4), env={}).threads == 8
+    # the devices node of the tasks that translate reads the same
+    assert choose_threads(DeviceConfig(strategy="ddp", devices=4), env={}).threads == 2
 
 
 def test_never_below_one_thread(eight_cpus):
-    assert choose_threads({}, env={"LOCAL_WORLD_SIZE": "16"}).threads == 1
+    assert choose_threads(TrainerConfig(), env={"LOCAL_WORLD_SIZE": "16"}).threads == 1
 
 
 def test_precedence_config_then_omp_then_caller_then_rule(eight_cpus):
     env = {"LOCAL_WORLD_SIZE": "2"}
-    assert choose_threads({"threads": 3}, env=env, user_omp="5", caller=6) == ThreadChoice(
-        3, "trainer.threads"
+    assert choose_threads(
+        TrainerConfig(threads=3), env=env, user_omp="5", caller=6
+    ) == ThreadChoice(3, "trainer.threads")
+    assert choose_threads(TrainerConfig(), env=env, user_omp="5", caller=6) == ThreadChoice(
+        5, "OMP_NUM_THREADS"
     )
-    assert choose_threads({}, env=env, user_omp="5", caller=6) == ThreadChoice(5, "OMP_NUM_THREADS")
-    assert choose_threads({}, env=env, caller=6).threads == 6
-    assert choose_threads({}, env=env).threads == 4
+    assert choose_threads(TrainerConfig(), env=env, caller=6).threads == 6
+    assert choose_threads(TrainerConfig(), env=env).threads == 4
 
 
 def test_a_sweep_jobs_share(eight_cpus):
-    got = choose_threads({}, job_cpus=(2, "affinity 8 / 4 parallel jobs of X"), env={})
+    got = choose_threads(TrainerConfig(), job_cpus=(2, "affinity 8 / 4 parallel jobs of X"), env={})
     assert got == ThreadChoice(2, "affinity 8 / 4 parallel jobs of X")
     # a DDP job of such a sweep shares its part between its processes
-    two = choose_threads({"strategy": "ddp", "devices": 2}, job_cpus=(4, "j"), env={})
+    two = choose_threads(TrainerConfig(strategy="ddp", devices=2), job_cpus=(4, "j"), env={})
     assert two.threads == 2 and "2 local processes" in two.source
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x"])
 def test_bad_numbers_name_the_key(bad):
     with pytest.raises(SettingError, match="trainer.threads"):
-        choose_threads({"threads": bad}, env={})
+        choose_threads(TrainerConfig(threads=bad), env={})
     with pytest.raises(SettingError, match="OMP_NUM_THREADS"):
-        choose_threads({}, env={}, user_omp=str(bad))
+        choose_threads(TrainerConfig(), env={}, user_omp=str(bad))
 
 
 def test_ranks_on_one_host_share_its_cpus():
