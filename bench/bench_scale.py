@@ -187,7 +187,7 @@ def child_startup(spec: dict) -> dict:
     import pytorch_lightning as pl
     from hydra import compose, initialize_config_dir
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
@@ -202,7 +202,7 @@ def child_startup(spec: dict) -> dict:
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=spec["overrides"])
+        cfg = compose(config_name="train", overrides=spec["overrides"])
     cfg.paths.output_dir = spec["output_dir"]
     train(to_plain(cfg), callbacks=[Marks()])
     return {**marks, "process": time.time() - t0, "maxrss": own_peak_rss()}

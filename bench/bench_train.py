@@ -52,7 +52,7 @@ def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
 
     register_configs()
@@ -66,7 +66,7 @@ def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
         "trainer.enable_progress_bar=false",
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = output_dir
     return to_plain(cfg)

@@ -42,7 +42,7 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
 
@@ -70,7 +70,7 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(tree / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out_dir)
     clock = Clock()

@@ -62,13 +62,13 @@ def compose(overrides: list[str], output_dir: str) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=[*RECIPE, *overrides])
+        cfg = hydra_compose(config_name="train", overrides=[*RECIPE, *overrides])
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = output_dir
     return to_plain(cfg)

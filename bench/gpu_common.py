@@ -28,6 +28,22 @@ FP32, BF16, MIXED = "32-true", "bf16-mixed", "16-mixed"
 PRECISIONS_ALL = (FP32, BF16, MIXED)  # the training runs, and the runs compared with the CPU
 LABEL = {FP32: "fp32", BF16: "bf16-mixed", MIXED: "16-mixed"}
 MIXED_ON_CPU = "fp16 autocast on the CPU is not the GPU path"
+NO_BF16_ON_CPU = "this CPU has no AVX-512 BF16: bf16 would be emulated (convseq refuses it)"
+
+
+def dry_run_precisions() -> tuple[str, ...]:
+    """The precisions a dry run trains in on this CPU: fp32, and bf16-mixed where the CPU has
+    bf16 arithmetic (bf16 autocast is real there; fp16's is not the GPU's)."""
+    from convseq.inference.precision import cpu_has
+
+    return (FP32, BF16) if cpu_has("bf16") else (FP32,)
+
+
+def skipped_why(precision: str) -> str:
+    """Why a dry run leaves `precision` out."""
+    return MIXED_ON_CPU if precision == MIXED else NO_BF16_ON_CPU
+
+
 # The tests' tiny model (tests/training_utils.py), for the dry run.
 TINY_MODEL = [
     "model.encoder_embed_dim=16",
@@ -73,8 +89,8 @@ class Plan:
                 dry_run=True,
                 device="cpu",
                 updates=min(args.updates, 4),
-                precisions=(FP32, BF16),  # bf16 autocast is real on the CPU; fp16 is not the GPU's
-                parity=(FP32, BF16),
+                precisions=dry_run_precisions(),
+                parity=dry_run_precisions(),
                 parity_updates=min(args.parity_updates, 8),
                 inject=args.inject,
                 beam_sentences=8,
@@ -220,13 +236,13 @@ def compose(overrides: Sequence[str], output_dir: Path) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
     from convseq.cli.schema import register_configs
+    from convseq.common.config import plain as to_plain
 
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+        cfg = hydra_compose(config_name="train", overrides=list(overrides))
     GlobalHydra.instance().clear()
     # Outside a Hydra run there is no runtime folder to interpolate: set it by hand.
     cfg.paths.output_dir = str(output_dir)

@@ -16,7 +16,6 @@ from gpu_common import (
     BIG_PRESET,
     FP32,
     LABEL,
-    MIXED_ON_CPU,
     PRECISIONS_ALL,
     Plan,
     Report,
@@ -26,6 +25,7 @@ from gpu_common import (
     quiet_lightning,
     reset_peak,
     run_overrides,
+    skipped_why,
     threads,
     without_model,
 )
@@ -133,8 +133,8 @@ def parity_checks(report: Report, plan: Plan, base: list[str], out: Path) -> Non
     for precision in PRECISIONS_ALL:
         name = f"parity {LABEL[precision]} vs CPU"
         if precision not in plan.parity:
-            figures[LABEL[precision]] = {"skipped": MIXED_ON_CPU}
-            report.skip(name, MIXED_ON_CPU)
+            figures[LABEL[precision]] = {"skipped": skipped_why(precision)}
+            report.skip(name, skipped_why(precision))
             continue
         print(f"gpu_check: parity, {plan.device} {LABEL[precision]}", flush=True)
         overrides = [*common, *run_overrides(plan.device, precision, 0, False)]
@@ -155,8 +155,8 @@ def training_measurements(report: Report, plan: Plan, base: list[str], out: Path
     for precision in PRECISIONS_ALL:
         name = f"train {LABEL[precision]}"
         if precision not in plan.precisions:
-            figures[LABEL[precision]] = {"skipped": MIXED_ON_CPU}
-            report.skip(name, MIXED_ON_CPU)
+            figures[LABEL[precision]] = {"skipped": skipped_why(precision)}
+            report.skip(name, skipped_why(precision))
             continue
         print(f"gpu_check: training, {plan.device} {LABEL[precision]}", flush=True)
         # The end-of-training test translation is checked on the fp32 run only.
@@ -226,8 +226,8 @@ def big_measurements(report: Report, plan: Plan, base: list[str], out: Path) -> 
     for precision in PRECISIONS_ALL:
         name = f"big preset {LABEL[precision]}"
         if precision not in plan.precisions:
-            figures[LABEL[precision]] = {"skipped": MIXED_ON_CPU}
-            report.skip(name, MIXED_ON_CPU)
+            figures[LABEL[precision]] = {"skipped": skipped_why(precision)}
+            report.skip(name, skipped_why(precision))
             continue
         print(f"gpu_check: {BIG_PRESET}, {LABEL[precision]}", flush=True)
         overrides = [

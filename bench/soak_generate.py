@@ -120,7 +120,7 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
     from convseq.data.preprocess import prepare_databin
     from convseq.data.toy.corpus import write_toy_corpus
@@ -140,7 +140,7 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
         *(TINY if args.tiny else []),
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out)
     cfg = to_plain(cfg)

@@ -96,7 +96,7 @@ def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.dispatch import to_plain
+    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
 
     register_configs()
@@ -113,7 +113,7 @@ def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
         *(TINY if args.tiny else []),
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = hydra_compose(config_name="config", overrides=overrides)
+        cfg = hydra_compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out)
     return to_plain(cfg)

@@ -32,7 +32,7 @@ def run_paths(conf_dir: str | Path = CONF_DIR) -> dict[str, str]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
-            cfg = compose(config_name="config")
+            cfg = compose(config_name="train")
     finally:
         GlobalHydra.instance().clear()
     return {key: str(cfg.paths[key]) for key in ("data_root", "cache_dir")}
