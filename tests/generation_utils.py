@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from convseq.tasks.config import GenerateTaskConfig, as_config
 from convseq.tasks.train import train
 from tests.training_utils import tiny_config
 
@@ -38,9 +38,19 @@ def tiny_checkpoint(tiny: dict[str, Path], base: Path) -> Path:
     return ckpt
 
 
-def generate_config(tiny: dict[str, Path], out: Path, *overrides: str) -> dict[str, Any]:
-    """The resolved config of ``task=generate`` over the tiny corpus."""
-    return tiny_config(tiny, out, "task=generate", *FAST_GEN, *overrides)
+def generate_config(tiny: dict[str, Path], out: Path, *overrides: str) -> GenerateTaskConfig:
+    """The typed config of ``task=generate`` over the tiny corpus (conf/generate.yaml: the
+    checkpoint's data, read from the tiny corpus folder), as the command line hands it."""
+    from tests.conftest import compose_config  # here: conftest imports training_utils' fixtures
+
+    base = [
+        "task=generate",
+        f"paths.cache_dir={tiny['cache']}",
+        f"data.dir={tiny['corpus']}",
+        "data.generator=null",
+        *FAST_GEN,
+    ]
+    return as_config(compose_config([*base, *overrides], output_dir=str(out)))
 
 
 def subprocess_env(tiny: dict[str, Path]) -> dict[str, str]:

@@ -25,6 +25,7 @@ from convseq.errors import CheckpointError
 from convseq.inference.data_match import TrainedOn, check_given_data, data_to_translate
 from convseq.inference.errors import DataMismatchError
 from convseq.inference.generation import translate_split
+from convseq.inference.options import GenConfig
 from convseq.inference.translator import Translator
 from tests.generation_utils import tiny_checkpoint
 from tests.training_utils import tiny_config
@@ -69,12 +70,14 @@ def test_translate_split_refuses_a_databin_of_another_corpus(tiny_data, tiny_ckp
     other = tmp_path / "corpus"
     write_toy_corpus(other, seed=11, n_train=80, n_valid=8, n_test=8)
     cfg = tiny_config({"corpus": other, "cache": tmp_path / "cache"}, tmp_path / "unused")
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"], progress=False))
+    databin = DataBin(prepare_databin(cfg.data, cfg.paths.cache_dir, progress=False))
     translator = Translator.from_checkpoints(tiny_ckpt)
     with pytest.raises(DataMismatchError, match=r"the target dictionary: 800 vs \d+ symbols"):
-        translate_split(translator, databin, "test", {"max_tokens": 600})
+        translate_split(translator, databin, "test", GenConfig(max_tokens=600))
     # its own data-bin passes the check and is translated
-    own = translate_split(translator, DataBin(tiny_data["databin"]), "valid", {"max_tokens": 600})
+    own = translate_split(
+        translator, DataBin(tiny_data["databin"]), "valid", GenConfig(max_tokens=600)
+    )
     assert len(own) == 40
 
 
@@ -126,15 +129,15 @@ def test_data_differences_compare_only_what_decides_the_ids():
 def test_a_generated_corpus_whose_folder_is_gone_is_generated_in_this_cache(tmp_path):
     recorded = {"name": "toy", "dir": "/no/such/cache/corpora/toy-seed1", "generator": "toy"}
     model = TrainedOn(("a.ckpt",), {**recorded, "src_lang": "src", "tgt_lang": "tgt"}, None)
-    data = data_to_translate(model, None, tmp_path / "cache")
+    data = data_to_translate(model, None)
     # dir unset: the generator writes into its own folder of this cache, and only there
-    assert data["dir"] is None and data["generator"] == "toy"
+    assert data.dir is None and data.generator == "toy"
     folder = with_corpus_dir(as_data_config(data), tmp_path / "cache").dir
     assert folder == str(tmp_path / "cache" / "corpora" / "toy-seed1")
     assert (tmp_path / "cache" / "corpora" / "toy-seed1" / "train.src").is_file()
     # what a run records today (the toy group leaves dir unset) is translated the same way
     unset = TrainedOn(model.checkpoints, {**model.data, "dir": None}, None)
-    assert data_to_translate(unset, None, tmp_path / "cache")["dir"] is None
+    assert data_to_translate(unset, None).dir is None
     without = TrainedOn(model.checkpoints, {**model.data, "generator": None}, None)
     with pytest.raises(DataMismatchError, match="/no/such/cache/corpora/toy-seed1, a folder"):
-        data_to_translate(without, None, tmp_path / "cache")
+        data_to_translate(without, None)

@@ -9,6 +9,7 @@ import torch
 from torch.nn.utils import parametrize
 
 import convseq.inference.precision as precision_mod
+from convseq.common.config import TrainerConfig
 from convseq.inference.generation import load_translator
 from convseq.inference.precision import (
     Int8Linear,
@@ -138,7 +139,7 @@ def test_unsupported_precisions_are_refused(monkeypatch):
 def test_gen_precision_reaches_task_generate(tiny_data, tmp_path_factory, tmp_path):
     ckpt = tiny_checkpoint(tiny_data, tmp_path_factory.getbasetemp())
     cfg = generate_config(tiny_data, tmp_path, f"ckpt={ckpt}", "gen.precision=int8")
-    translator = load_translator(cfg, databin=None)
+    translator = load_translator(cfg.ckpt, cfg.gen, cfg.trainer.accelerator)
     model = translator.models[0]
     assert isinstance(model.decoder.fc3, Int8Linear)
     assert translator.search_model.model is model  # the search runs the int8 copy
@@ -152,7 +153,7 @@ def test_gen_precision_reaches_task_generate(tiny_data, tmp_path_factory, tmp_pa
         tiny_data, tmp_path, f"ckpt={ckpt}", "gen.precision=int8", "trainer.accelerator=gpu"
     )
     with pytest.raises(PrecisionError, match="int8 runs on the CPU only"):
-        load_translator(cfg, databin=None)
+        load_translator(cfg.ckpt, cfg.gen, cfg.trainer.accelerator)
 
 
 def test_generation_runs_in_gen_precision_whatever_trainer_precision_says(monkeypatch):
@@ -164,6 +165,6 @@ def test_generation_runs_in_gen_precision_whatever_trainer_precision_says(monkey
     monkeypatch.setattr(
         "convseq.inference.generation.pl.Trainer", lambda **kw: made.append(kw) or kw
     )
-    predict_trainer({"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed"})
-    predict_trainer({"accelerator": "cpu", "devices": 1, "precision": "16-mixed"})
+    predict_trainer(TrainerConfig(accelerator="cpu", devices=1, precision="bf16-mixed"))
+    predict_trainer(TrainerConfig(accelerator="cpu", devices=1, precision="16-mixed"))
     assert [kw["precision"] for kw in made] == ["32-true", "32-true"]

@@ -18,7 +18,7 @@ import torch
 
 import convseq.inference.translator as translator_module
 from convseq.data.dictionary import Dictionary
-from convseq.inference.options import GenOptions
+from convseq.inference.options import GenConfig
 from convseq.inference.translator import Translator
 from convseq.models.fconv import FConvModel
 from convseq.search import beam_search
@@ -66,7 +66,7 @@ def a_batch(lengths: list[int] = LENGTHS, seed: int = 3) -> dict[str, Any]:
 
 @pytest.mark.parametrize("need_attn", [True, False])
 def test_records_hold_the_search_hypotheses_as_host_values(translator, need_attn):
-    options = GenOptions(beam=4, nbest=3, max_len_b=7, need_attn=need_attn)
+    options = GenConfig(beam=4, nbest=3, max_len_b=7, need_attn=need_attn)
     batch = a_batch()
     records = translator.translate_batch(batch, options)
     net = batch["net_input"]
@@ -173,18 +173,18 @@ def reads_of_a_batch(monkeypatch, translator, options, tensor_scores=False) -> l
 
 
 def test_a_batch_of_records_copies_once_per_kind_of_tensor(monkeypatch, translator):
-    one = reads_of_a_batch(monkeypatch, translator, GenOptions(beam=5, nbest=1, max_len_b=6))
-    five = reads_of_a_batch(monkeypatch, translator, GenOptions(beam=5, nbest=5, max_len_b=6))
+    one = reads_of_a_batch(monkeypatch, translator, GenConfig(beam=5, nbest=1, max_len_b=6))
+    five = reads_of_a_batch(monkeypatch, translator, GenConfig(beam=5, nbest=5, max_len_b=6))
     # the integers (ids, sources, output tokens) and the floats (scores, attention)
     assert one == five == ["cpu", "cpu"]
     scores = reads_of_a_batch(
-        monkeypatch, translator, GenOptions(beam=5, nbest=5, max_len_b=6), tensor_scores=True
+        monkeypatch, translator, GenConfig(beam=5, nbest=5, max_len_b=6), tensor_scores=True
     )
     assert scores == ["cpu"] * 3  # tensor scores in their own dtype: one more copy
 
 
 def test_tensor_scores_become_the_same_python_floats(monkeypatch, translator):
-    options = GenOptions(beam=3, nbest=2, max_len_b=5)
+    options = GenConfig(beam=3, nbest=2, max_len_b=5)
     plain = translator.translate_batch(a_batch(), options)
     scored = []
 

@@ -3,6 +3,8 @@ travels inside checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 
 import numpy as np
@@ -12,7 +14,7 @@ import torch
 from convseq.checkpoints.io import TEXT_KEY
 from convseq.data.dictionary import Dictionary
 from convseq.data.subword import segmenters, text_processing, train_sentencepiece
-from convseq.inference.options import GenOptions
+from convseq.inference.options import SEARCH_KEYS, GenConfig
 from convseq.inference.translator import Translator, numbered
 from convseq.search import beam_search
 from convseq.training.module import ConvSeqModule
@@ -149,8 +151,22 @@ def test_translate_batches_by_max_tokens_or_sentences_with_the_same_results(tiny
 
 def test_unknown_generation_options_are_refused():
     with pytest.raises(TypeError, match=r"unknown generation option\(s\) \['beam_size'\]"):
-        GenOptions.from_mapping({}, beam_size=3)
-    assert GenOptions.from_mapping({"beam": 2, "max_tokens": 10}).beam == 2
+        GenConfig().updated(beam_size=3)
+    two = GenConfig(max_tokens=10).updated(beam=2)
+    assert (two.beam, two.max_tokens, two.nbest) == (2, 10, 1)  # the rest kept
+
+
+def test_gen_config_updated_is_a_copy_and_search_kwargs_are_the_search_keys():
+    gen = GenConfig(beam=4, max_tokens=10)
+    three = gen.updated(beam=3, nbest=2)
+    assert three is not gen and gen.beam == 4 and gen.nbest == 1  # the original unchanged
+    assert three == dataclasses.replace(gen, beam=3, nbest=2)
+    assert gen.updated() is gen  # nothing to change: the same settings
+    kwargs = three.search_kwargs()
+    assert tuple(kwargs) == SEARCH_KEYS and kwargs["beam"] == 3 and kwargs["nbest"] == 2
+    # the batching and task keys are no search argument; every search key is one of beam_search's
+    assert "max_tokens" not in kwargs and "precision" not in kwargs
+    assert set(kwargs) <= set(inspect.signature(beam_search).parameters)
 
 
 def test_generation_batches_are_pinned_when_the_module_is_on_a_gpu(monkeypatch):
@@ -175,7 +191,7 @@ def test_generation_batches_are_pinned_when_the_module_is_on_a_gpu(monkeypatch):
         {"shard_of": (1, 2), "pin_memory": True},
     ]
     data = LanguagePairDataset([np.array([4, 5, 2]), np.array([6, 2])], None, pad=1)
-    gen = {"max_tokens": 100, "batch_size": None}
+    gen = GenConfig(max_tokens=100, batch_size=None)
     # (a pinned DataLoader needs CUDA to exist: what it is given is checked instead)
     monkeypatch.setattr("convseq.inference.generation.DataLoader", lambda *a, **kw: kw)
     assert batch_loader(data, stub, gen, "x", pin_memory=True)["pin_memory"] is True

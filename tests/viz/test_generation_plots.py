@@ -17,7 +17,7 @@ import convseq.viz.time_breakdown as profile_plot
 from convseq.data.databin import DataBin
 from convseq.errors import ConvseqError
 from convseq.inference.errors import GenerationError
-from convseq.inference.options import GenOptions
+from convseq.inference.options import GenConfig
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.translator import Translator
 from convseq.search import beam_search
@@ -91,7 +91,7 @@ def first_records(tiny_data, tiny_ckpt) -> list[dict]:
     translator = Translator.from_checkpoints(tiny_ckpt)
     src, _ = DataBin(tiny_data["databin"]).split("test")
     encoded = [np.asarray(src[i]) for i in range(N_PLOTS + 1)]
-    return translator.translate_encoded(encoded, None, None, GenOptions(**SEARCH))
+    return translator.translate_encoded(encoded, None, None, GenConfig(**SEARCH))
 
 
 def nbest_lines(path: Path, tag: str) -> dict[int, str]:

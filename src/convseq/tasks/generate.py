@@ -180,9 +180,10 @@ def _report(
         print(profiler.table())
         print(f"convseq: time breakdown chart written to {profile_png}")
     if attention_pngs:
+        first = attention_pngs[0]  # attention-<split>-<i>.png: this run's split only
         print(
             f"convseq: {len(attention_pngs)} attention heatmap(s) written to "
-            f"{attention_pngs[0].parent}/attention-*.png"
+            f"{first.parent}/{first.name.rsplit('-', 1)[0]}-*.png"
         )
     print(f"convseq: hypotheses written to {hyp_path}", flush=True)
 
