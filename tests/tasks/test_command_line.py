@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -20,14 +21,17 @@ from convseq.cli.command_line import (
     MissingPlugin,
     check_command_line,
     check_plugins,
-    gives,
     override_args,
-    parse_overrides,
+    task_of,
     wants_no_run_folder,
 )
 from convseq.cli.config_check import ConfigKeyError, check_keys, schema_tree, suggestions
-from convseq.cli.schema import register_configs
+from convseq.cli.schema import config_name, register_configs
+from convseq.tasks.config import GenerateTaskConfig
+from convseq.training.config import TrainConfig
 from tests.conftest import CONF_DIR, ROOT, compose_config
+
+TRAIN_KEYS = schema_tree(TrainConfig)  # the keys of task=train's config (conf/train.yaml)
 
 
 def run_py(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -66,7 +70,7 @@ def test_a_plus_key_in_the_composed_config_is_refused_after_composition():
     cfg = compose_config(["+optim.lrr=0.1"])
     assert OmegaConf.select(cfg, "optim.lrr") == 0.1  # Hydra let it in
     with pytest.raises(ConfigKeyError, match=r"optim\.lrr \(did you mean optim\.lr\?\)"):
-        check_keys(cfg)
+        check_keys(cfg, TRAIN_KEYS)
     with pytest.raises(SystemExit) as e:
         dispatch_module.dispatch(cfg)
     assert e.value.code == 2
@@ -74,13 +78,13 @@ def test_a_plus_key_in_the_composed_config_is_refused_after_composition():
 
 def test_open_nodes_take_new_keys():
     cfg = compose_config(["+data.test_sets.flickr=test_2017_flickr", "trainer.devices=[0,1]"])
-    check_keys(cfg)  # no error: data.test_sets is a dict, trainer.devices is Any
+    check_keys(cfg, TRAIN_KEYS)  # no error: data.test_sets is a dict, trainer.devices is Any
     check_command_line(["+data.test_sets.flickr=x", "resume=auto"], CONF_DIR)
 
 
 def test_a_new_top_level_group_is_not_a_key_the_schema_has():
     with pytest.raises(ConfigKeyError, match="unknown config key mygroup"):
-        check_keys({"task": "train", "mygroup": {"a": 1}})
+        check_keys({"task": "train", "mygroup": {"a": 1}}, TRAIN_KEYS)
 
 
 def test_group_choices_and_hydra_keys_are_not_checked_as_keys():
@@ -91,7 +95,7 @@ def test_group_choices_and_hydra_keys_are_not_checked_as_keys():
 
 
 def test_suggestions_look_at_siblings_then_at_every_key():
-    tree = schema_tree()
+    tree = TRAIN_KEYS
     assert suggestions("optim.lrr", tree)[0] == "optim.lr"
     assert suggestions("trainer.lr", tree) == ["optim.lr"]  # no sibling close: the same leaf
     assert suggestions("trainr.max_epochs", tree) == ["trainer.max_epochs"]
@@ -101,56 +105,58 @@ def test_suggestions_look_at_siblings_then_at_every_key():
 @pytest.mark.parametrize("group", ["anneal", "batching", "data", "model", "optim", "trainer"])
 def test_every_option_of_every_group_passes_the_key_check(group):
     for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
-        check_keys(compose_config([f"{group}={option}"]))
+        check_keys(compose_config([f"{group}={option}"]), TRAIN_KEYS)
 
 
 def test_every_experiment_passes_the_key_check():
     for option in sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")):
-        check_keys(compose_config([f"experiment={option}"]))
+        check_keys(compose_config([f"experiment={option}"]), TRAIN_KEYS)
 
 
 # ---------------------------------------------------------------------------- data given or not
 
 
-def test_which_overrides_give_data():
-    def given(*args: str) -> bool:
-        return gives(parse_overrides(list(args)), "data", "experiment")
-
-    assert given("data=multi30k")
-    assert given("data.dir=/corpus", "gen.beam=2")
-    assert given("+data.test_sets.a=b")
-    assert given("experiment=multi30k_fconv")
-    assert not given("gen.beam=2", "ckpt=run/checkpoints/best.ckpt", "task=generate")
-    assert not given("database=1")  # a prefix of the name is not the name
+def test_a_training_recipe_is_refused_on_a_checkpoint_tasks_command_line():
+    # experiment= and hparams_search= are train's; a checkpoint task names its data with data=
+    check_command_line(["experiment=multi30k_fconv"], CONF_DIR)
+    for task in ("generate", "interactive", "average"):
+        with pytest.raises(ConfigKeyError, match=rf"experiment= .* task={task} does not read"):
+            check_command_line([f"task={task}", "experiment=multi30k_fconv"], CONF_DIR)
+    assert task_of(["task=generate", "gen.beam=2"]) == "generate"
+    assert task_of(["gen.beam=2"]) == "train"
 
 
-def _dispatch_under(monkeypatch, overrides: list[str] | None, task: str) -> dict:
-    """The plain config the task function gets when the command line held `overrides` (None:
-    called from Python, outside a Hydra run)."""
-    seen: dict = {}
-    monkeypatch.setattr(dispatch_module, "task_function", lambda t: seen.update)
-    monkeypatch.setattr(
-        dispatch_module,
-        "given_overrides",
-        lambda: None if overrides is None else parse_overrides(overrides),
-    )
-    dispatch_module.dispatch(compose_config([f"task={task}", *(overrides or [])], output_dir="x"))
-    return seen
+def _dispatched(monkeypatch, cfg: Any) -> Any:
+    """The typed config the task function gets when `cfg` is dispatched."""
+    seen: list = []
+    monkeypatch.setattr(dispatch_module, "task_function", lambda t: lambda c, **kw: seen.append(c))
+    dispatch_module.dispatch(cfg)
+    [given] = seen
+    return given
 
 
-def test_a_checkpoint_task_without_data_on_its_command_line_gets_none(monkeypatch):
-    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "generate")["data"] is None
-    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "interactive")["data"] is None
-    given = _dispatch_under(monkeypatch, ["data=multi30k"], "generate")["data"]
-    assert given["name"] == "multi30k"
+def _dispatch_under(monkeypatch, overrides: list[str], task: str) -> Any:
+    """The typed config the task function gets when the command line held `overrides`."""
+    return _dispatched(monkeypatch, compose_config([f"task={task}", *overrides], output_dir="x"))
+
+
+def test_a_checkpoint_tasks_data_says_where_its_data_comes_from(monkeypatch):
+    # no data on the command line: {} (the checkpoint's own data)
+    cfg = _dispatch_under(monkeypatch, ["gen.beam=2"], "generate")
+    assert isinstance(cfg, GenerateTaskConfig) and cfg.data == {} and cfg.gen.beam == 2
+    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "interactive").data == {}
+    assert _dispatch_under(monkeypatch, [], "average").data == {}
+    # a data option: that corpus
+    assert _dispatch_under(monkeypatch, ["data=multi30k"], "generate").data["name"] == "multi30k"
+    # keys alone: the checkpoint's data, with the keys the user set on it
     moved = _dispatch_under(
         monkeypatch, ["data.dir=/corpora/m30k", "+data.test_sets.a=b"], "generate"
     )
-    assert moved["data"] is None  # the checkpoint's data, with the keys the user set on it
-    assert moved["data_overrides"] == {"dir": "/corpora/m30k", "test_sets": {"a": "b"}}
-    assert _dispatch_under(monkeypatch, ["gen.beam=2"], "train")["data"]["name"] == "toy"
-    # a Python caller (no Hydra run) passes the config as it is
-    assert _dispatch_under(monkeypatch, None, "generate")["data"]["name"] == "toy"
+    assert moved.data == {"dir": "/corpora/m30k", "test_sets": {"a": "b"}}
+    train = _dispatch_under(monkeypatch, ["gen.beam=2"], "train")
+    assert isinstance(train, TrainConfig) and train.data.name == "toy"
+    # a Python caller's typed config is handed over as it is
+    assert _dispatched(monkeypatch, cfg) is cfg
 
 
 # ---------------------------------------------------------------------------- run folders, help
@@ -168,7 +174,7 @@ def _run_dir(overrides: list[str]) -> str:
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name(overrides), overrides=overrides, return_hydra_config=True)
     return str(cfg.hydra.run.dir)
 
 
@@ -186,7 +192,7 @@ def test_help_lists_every_task_with_a_line(tmp_path):
     proc = run_py(["--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    tasks = text.split("== Tasks (task=...) ==")[1].split("==")[0]
+    tasks = text.split("== Tasks (task=...")[1].split("==")[1]
     lines = [line.split(None, 1) for line in tasks.strip().splitlines()]
     names = [parts[0] for parts in lines]
     assert set(names) == set(dispatch_module.TASK_MODULES)

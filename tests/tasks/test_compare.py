@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -10,11 +11,13 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU
 
-from convseq.cli.dispatch import dispatch, to_plain
+from convseq.cli.dispatch import dispatch
+from convseq.common.config import plain as to_plain
 from convseq.errors import DataError
 from convseq.evaluation.bootstrap import hypothesis_file, paired_bootstrap, read_lines
 from convseq.optim.anneal import Annealer
 from convseq.tasks.compare import run_compare
+from convseq.tasks.config import as_config
 from tests.conftest import compose_config
 
 # ---------------------------------------------------------------------------- synthetic systems
@@ -192,7 +195,7 @@ def test_task_compare_bad_input_exits_with_one_line_naming_the_file(tmp_path, ca
 
 
 def test_training_keeps_its_test_translations_for_compare(tiny_data, tmp_path, capsys):
-    from tests.training_utils import tiny_config, tiny_databin, train_one_tiny_epoch
+    from tests.training_utils import tiny_databin, train_one_tiny_epoch
 
     run = train_one_tiny_epoch(tiny_data, tmp_path / "run")
     hyps = read_lines(run / "generate-test.txt")
@@ -203,10 +206,15 @@ def test_training_keeps_its_test_translations_for_compare(tiny_data, tmp_path, c
     # the file holds exactly the translations that test BLEU scored
     assert BLEU().corpus_score(hyps, [refs]).score == pytest.approx(summary["test"]["test/bleu"])
     # references from the data-bin of the composed `data` (no compare.refs)
-    cfg = tiny_config(
-        tiny_data, tmp_path / "out", "task=compare", f"compare.runs=['{run}','{run}']"
-    )
-    results = run_compare(cfg)
+    overrides = [
+        "task=compare",
+        "data=toy",
+        "data.generator=null",
+        f"data.dir={tiny_data['corpus']}",
+        f"paths.cache_dir={tiny_data['cache']}",
+        f"compare.runs=['{run}','{run}']",
+    ]
+    results = run_compare(as_config(compose_config(overrides, output_dir=str(tmp_path / "out"))))
     assert results[0].bleu == pytest.approx(summary["test"]["test/bleu"])
     assert results[1].identical and results[1].p_value == 1.0
     assert (
@@ -271,10 +279,10 @@ def test_the_comparison_recipe_composes_every_sweep_job(batching, anneal, moment
 
 
 def test_force_annealing_ends_by_its_own_rule_at_the_epoch_budget(tmp_path):
-    cfg = to_plain(
+    cfg = as_config(
         compose_config(["experiment=multi30k_compare", "anneal=force"], output_dir=str(tmp_path))
     )
-    annealer = Annealer(cfg["anneal"], lr=cfg["optim"]["lr"])
+    annealer = Annealer(cfg.anneal, lr=cfg.optim.lr)
     lrs = []
     for epoch in range(1, 20):
         lr = annealer.lr_at_epoch_start(epoch)
@@ -282,7 +290,7 @@ def test_force_annealing_ends_by_its_own_rule_at_the_epoch_budget(tmp_path):
             break
         lrs.append(lr)
         annealer.step(epoch, 1.0)
-    assert len(lrs) == cfg["trainer"]["max_epochs"] == 12  # lr stays >= min_lr for 12 epochs
+    assert len(lrs) == cfg.trainer.max_epochs == 12  # lr stays >= min_lr for 12 epochs
     assert lrs[:8] == [0.25] * 8 and lrs[8] == pytest.approx(0.025)
 
 
@@ -305,10 +313,13 @@ def test_sentences_jobs_get_the_mean_batch_size_of_the_token_jobs(shared_data, c
     sizes = {}
     for batching in ("tokens", "sentences"):
         overrides = ["experiment=multi30k_compare", f"batching={batching}"]
-        cfg = to_plain(compose_config(overrides, output_dir=str(tmp_path)))
-        cfg["paths"]["data_root"] = str(shared_data)
-        cfg["data"]["dir"] = str(shared_data / "multi30k")
-        databin = DataBin(prepare_databin(cfg["data"], str(cache_dir), progress=False))
+        cfg = as_config(compose_config(overrides, output_dir=str(tmp_path)))
+        cfg = dataclasses.replace(
+            cfg,
+            paths=dataclasses.replace(cfg.paths, data_root=str(shared_data)),
+            data=dataclasses.replace(cfg.data, dir=str(shared_data / "multi30k")),
+        )
+        databin = DataBin(prepare_databin(cfg.data, str(cache_dir), progress=False))
         dm = build_datamodule(cfg, build_module(cfg, databin))
         dm.setup("fit")
         sampler = dm.batch_sampler("train")

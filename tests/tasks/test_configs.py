@@ -108,9 +108,9 @@ def test_unknown_group_option_lists_the_valid_choices():
 
 def test_schema_checks_yaml_files_too(tmp_path):
     # A typo inside a group file (not on the command line) fails the same way.
-    from convseq.cli.schema import Config
+    from convseq.training.config import TrainConfig  # task=train's schema (conf/train.yaml)
 
-    schema = OmegaConf.structured(Config)
+    schema = OmegaConf.structured(TrainConfig)
     bad = OmegaConf.create({"optim": {"name": "nag", "momentun": 0.9}})
     with pytest.raises(ConfigKeyError):
         OmegaConf.merge(schema, bad)
