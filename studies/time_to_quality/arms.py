@@ -102,7 +102,7 @@ ARMS: dict[str, list[str]] = {
     # BLEU) cut at 45 minutes: its curve beside the fast recipe's, on the same machine
     **{f"fconv45_seed{seed}": recipe("multi30k_fconv", seed, 45) for seed in (1, 2, 3)},
     # English -> German, both recipes, as their German -> English arms (the data-bin of this
-    # direction built first: `python run.py task=preprocess experiment=multi30k_fconv
+    # direction built first: `python run.py task=preprocess data=multi30k_recipe
     # data.src_lang=en data.tgt_lang=de`, so that no seed's minutes include it)
     **{f"fast45ende_seed{seed}": recipe("multi30k_fast", seed, 45, *EN_DE) for seed in (1, 2, 3)},
     **{f"fconv45ende_seed{seed}": recipe("multi30k_fconv", seed, 45, *EN_DE) for seed in (1, 2, 3)},

@@ -108,9 +108,10 @@ def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
         if key in TRAINING_ONLY_GROUPS and task != "train":
             raise ConfigKeyError(
                 f"{key}= chooses a training recipe or search, which task={task} does not read: "
-                "leave it out (a checkpoint task takes the checkpoint's data unless data=NAME "
-                "names a corpus, e.g. data=multi30k_recipe for the Multi30k recipes' data); "
-                f"`python run.py task={task} --cfg job` prints the keys task={task} reads"
+                "leave it out; a corpus is named with data=NAME (the Multi30k recipes' data is "
+                "data=multi30k_recipe), and generate, interactive and average take a "
+                f"checkpoint's own data without it; `python run.py task={task} --cfg job` prints "
+                f"the keys task={task} reads"
             )
         if key == "hydra" or key.startswith("hydra.") or _is_group(override, Path(conf_dir)):
             continue
