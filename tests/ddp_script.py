@@ -205,7 +205,7 @@ def main() -> None:
     given = {e.split("=", 1)[0] for e in extra}  # an extra argument replaces a default
     overrides = [o for o in overrides if o.split("=", 1)[0] not in given] + extra
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(output_dir)
     recorder = Recorder()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from convseq.common.config import TrainerConfig
 from convseq.errors import SettingError
 from convseq.training.progress import format_record, progress_mode
 from tests.conftest import ROOT
@@ -157,16 +158,16 @@ def test_json_records_parse_and_match_the_csv_after_resume(two_runs):
 
 
 def test_progress_mode():
-    assert progress_mode({"progress": "auto"}, interactive=True) == "bar"
-    assert progress_mode({"progress": "auto"}, interactive=False) == "lines"
+    assert progress_mode(TrainerConfig(progress="auto"), interactive=True) == "bar"
+    assert progress_mode(TrainerConfig(progress="auto"), interactive=False) == "lines"
     # enable_progress_bar=false: no bar on a terminal; off it, lines as before
-    off = {"progress": "auto", "enable_progress_bar": False}
+    off = TrainerConfig(progress="auto", enable_progress_bar=False)
     assert progress_mode(off, interactive=True) == "none"
     assert progress_mode(off, interactive=False) == "lines"
-    assert progress_mode({"progress": "bar", "enable_progress_bar": False}) == "none"
-    assert progress_mode({"progress": "json"}, interactive=True) == "json"
+    assert progress_mode(TrainerConfig(progress="bar", enable_progress_bar=False)) == "none"
+    assert progress_mode(TrainerConfig(progress="json"), interactive=True) == "json"
     with pytest.raises(SettingError, match="trainer.progress='lnes'"):
-        progress_mode({"progress": "lnes"})
+        progress_mode(TrainerConfig(progress="lnes"))
 
 
 def test_format_record():

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -158,19 +159,19 @@ def test_a_missing_tracker_package_fails_at_once_with_the_install_line(
 def test_bad_entries_are_named_by_key(tiny_data, tmp_path):
     cfg = tiny_config(tiny_data, tmp_path, "+callbacks.mine._target_=no.such.Thing")
     with pytest.raises(TrackerError, match=r"callbacks\.mine\._target_: cannot import"):
-        config_callbacks(cfg)
+        config_callbacks(cfg.callbacks)
     cfg = tiny_config(
         tiny_data, tmp_path, "+callbacks.mine._target_=convseq.training.trackers.TrackerError"
     )
     with pytest.raises(TrackerError, match=r"callbacks\.mine: .* is not a Lightning callback"):
-        config_callbacks(cfg)
+        config_callbacks(cfg.callbacks)
     cfg = tiny_config(tiny_data, tmp_path, "logger=many", "logger.csv=3")
     with pytest.raises(TrackerError, match=r"logger\.csv: not a `_target_` entry"):
-        build_loggers(cfg, tmp_path)
+        build_loggers(cfg.logger, tmp_path)
     # convseq's own CSV logger stays, whatever is chosen (here: none at all)
     cfg = tiny_config(tiny_data, tmp_path, "logger=many", "logger.csv=null")
-    cfg["logger"] = {"csv": None}
-    loggers = build_loggers(cfg, tmp_path)
+    cfg = replace(cfg, logger={"csv": None})
+    loggers = build_loggers(cfg.logger, tmp_path)
     assert [type(lg).__name__ for lg in loggers] == ["AppendingCSVLogger"]
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from convseq.cli.dispatch import to_plain
 from convseq.errors import DataError
+from convseq.tasks.config import as_config
 from convseq.training.bleu import wants_valid_bleu
 from tests.conftest import compose_config
 
@@ -18,7 +18,7 @@ BY_LOSS = ["checkpoint.monitor=valid/loss", "checkpoint.mode=min", "optimized_me
 
 
 def _period(tmp_path, *overrides: str) -> int:
-    return wants_valid_bleu(to_plain(compose_config(list(overrides), output_dir=str(tmp_path))))
+    return wants_valid_bleu(as_config(compose_config(list(overrides), output_dir=str(tmp_path))))
 
 
 def test_unset_follows_the_metric_the_run_goes_by(tmp_path):
@@ -58,7 +58,7 @@ def test_the_refusal_comes_before_the_data_bin_is_built(tmp_path):
     from convseq.tasks.train import train
 
     missing = tmp_path / "no_corpus_here"
-    cfg = to_plain(
+    cfg = as_config(
         compose_config(
             ["data.generator=null", f"data.dir={missing}", "checkpoint.monitor=valid/bleu"]
             + ["checkpoint.mode=max", "bleu_every_n_epochs=0"],
