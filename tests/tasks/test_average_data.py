@@ -4,6 +4,7 @@ given, naming them."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import torch
 
 from convseq.checkpoints.data_record import DATA_HPARAMS
 from convseq.checkpoints.io import TEXT_KEY
+from convseq.common.config import PathsConfig
 from convseq.errors import CheckpointError
 from convseq.tasks.average import run_average
+from convseq.tasks.config import AverageConfig, AverageTaskConfig
 from convseq.tasks.generate import run_generate
 from tests.generation_utils import generate_config, tiny_checkpoint
 
@@ -30,14 +33,14 @@ def edited_checkpoint(src: Path, dst: Path, edit) -> Path:
     return dst
 
 
-def average_cfg(ckpts: list[Path], out: Path, data: dict | None = None) -> dict:
-    """The plain config run.py hands task=average (data None: not given)."""
-    return {
-        "ckpts": [str(c) for c in ckpts],
-        "average": {"last_n": 0, "output": str(out)},
-        "paths": {"output_dir": str(out.parent)},
-        "data": data,
-    }
+def average_cfg(ckpts: list[Path], out: Path, data: dict | None = None) -> AverageTaskConfig:
+    """The typed config run.py hands task=average (data None: not given, the node empty)."""
+    return AverageTaskConfig(
+        ckpts=[str(c) for c in ckpts],
+        average=AverageConfig(last_n=0, output=str(out)),
+        paths=PathsConfig(output_dir=str(out.parent)),
+        data=data or {},
+    )
 
 
 def test_an_averaged_checkpoint_carries_its_inputs_data_and_generates_without_data(
@@ -50,7 +53,8 @@ def test_an_averaged_checkpoint_carries_its_inputs_data_and_generates_without_da
     assert result[DATA_HPARAMS] == source[DATA_HPARAMS]
     assert result[TEXT_KEY] == source[TEXT_KEY]
 
-    cfg = {**generate_config(tiny_data, tmp_path / "gen", f"ckpt={averaged}"), "data": None}
+    cfg = generate_config(tiny_data, tmp_path / "gen", f"ckpt={averaged}")
+    cfg = dataclasses.replace(cfg, data={})  # no data on the command line
     assert run_generate(cfg)["sentences"] == 40  # the tiny corpus's test set, found alone
 
 

@@ -5,7 +5,9 @@ does not fit."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from convseq.data.databin import DataBin
 from convseq.errors import DataError
 from convseq.evaluation.history import read_metrics
 from convseq.inference.errors import DataMismatchError
+from convseq.tasks.config import GenerateTaskConfig
 from convseq.tasks.generate import run_generate
 from convseq.tasks.train import train
 from tests.data.fairseq_layout import fairseq_copy
@@ -63,7 +66,7 @@ def test_the_translations_are_those_of_convseqs_data_bin(runs, tiny_data, tmp_pa
     )
     # data not given: the checkpoint's own, the fairseq folder it recorded
     cfg = generate_config(tiny_data, tmp_path / "b", f"ckpt={runs['fairseq']}", "gen.beam=2")
-    theirs = run_generate({**cfg, "data": None, "gen": {**cfg["gen"], "reference": str(ref)}})
+    theirs = run_generate(_not_given(cfg, reference=str(ref)))
     hyps = [(tmp_path / d / "generate-test.txt").read_text() for d in ("a", "b")]
     assert hyps[0] == hyps[1] and hyps[0].count("\n") == 40
     assert len(hyps[0].split()) > 200  # sentences of several words, not one token each
@@ -73,7 +76,7 @@ def test_the_translations_are_those_of_convseqs_data_bin(runs, tiny_data, tmp_pa
     assert theirs["scores"]["bleu"] == mine["scores"]["bleu"]
     assert theirs["scores"]["chrf"] == mine["scores"]["chrf"]
     # against the references rebuilt from ids (unknown words read <unk>), they differ
-    rebuilt = run_generate({**cfg, "data": None, "gen": {**cfg["gen"], "reference": None}})
+    rebuilt = run_generate(_not_given(cfg, reference=None))
     assert rebuilt["scores"]["chrf"] != mine["scores"]["chrf"]
 
 
@@ -91,16 +94,23 @@ def test_the_checkpoint_records_the_fairseq_folder_and_generation_refuses_what_d
     short = tmp_path / "short.txt"
     short.write_text("one line\n")
     with pytest.raises(DataError, match=r"gen.reference has 1 lines but fairseq data-bin split"):
-        run_generate({**base, "data": None, "gen": {**base["gen"], "reference": str(short)}})
+        run_generate(_not_given(base, reference=str(short)))
     other_joiner = {**data, "remove_bpe": "subword_nmt"}
     with pytest.raises(DataMismatchError, match=r"data.remove_bpe: None vs 'subword_nmt'"):
-        run_generate({**base, "data": other_joiner})
+        run_generate(dataclasses.replace(base, data=other_joiner))
     moved = {**data, "path": str(tmp_path / "gone")}
     with pytest.raises(DataMismatchError, match=r"give where it is here with data.path=FOLDER"):
         run_generate(_with_record(base, tmp_path, runs, moved))
 
 
-def _with_record(base: dict, tmp_path: Path, runs: dict, data: dict) -> dict:
+def _not_given(cfg: GenerateTaskConfig, **gen: Any) -> GenerateTaskConfig:
+    """`cfg` with no data on the command line (the checkpoint's own), `gen` keys changed."""
+    return dataclasses.replace(cfg, data={}, gen=cfg.gen.updated(**gen))
+
+
+def _with_record(
+    base: GenerateTaskConfig, tmp_path: Path, runs: dict, data: dict
+) -> GenerateTaskConfig:
     """A generate config over a copy of the fairseq run's checkpoint that records `data`."""
     import torch
 
@@ -108,4 +118,4 @@ def _with_record(base: dict, tmp_path: Path, runs: dict, data: dict) -> dict:
     ckpt["datamodule_hyper_parameters"]["data"] = data
     path = tmp_path / "moved.ckpt"
     torch.save(ckpt, path)
-    return {**base, "ckpt": str(path), "data": None}
+    return dataclasses.replace(base, ckpt=str(path), data={})

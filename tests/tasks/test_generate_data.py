@@ -4,6 +4,7 @@ None" warning on a generate run."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import warnings
@@ -17,6 +18,7 @@ from convseq.checkpoints.data_record import DATA_HPARAMS
 from convseq.checkpoints.io import TEXT_KEY
 from convseq.data.toy.corpus import write_toy_corpus
 from convseq.inference.errors import DataMismatchError
+from convseq.tasks.config import GenerateTaskConfig
 from convseq.tasks.generate import run_generate
 from convseq.tasks.interactive import run_interactive
 from tests.generation_utils import generate_config, tiny_checkpoint
@@ -37,9 +39,9 @@ def no_databin(monkeypatch):
     monkeypatch.setattr(generate_mod, "open_databin", refuse)
 
 
-def not_given(cfg: dict) -> dict:
+def not_given(cfg: GenerateTaskConfig) -> GenerateTaskConfig:
     """The config run.py hands the task when the command line names no data."""
-    return {**cfg, "data": None}
+    return dataclasses.replace(cfg, data={})
 
 
 def edited_checkpoint(src: Path, dst: Path, edit) -> Path:
@@ -56,7 +58,9 @@ def edited_checkpoint(src: Path, dst: Path, edit) -> Path:
 def test_without_data_the_checkpoints_own_test_set_is_translated(
     tiny_data, tiny_ckpt, tmp_path, one_thread
 ):
-    given = run_generate(generate_config(tiny_data, tmp_path / "given", f"ckpt={tiny_ckpt}"))
+    given = run_generate(
+        generate_config(tiny_data, tmp_path / "given", f"ckpt={tiny_ckpt}", "data=toy")
+    )
     own = run_generate(not_given(generate_config(tiny_data, tmp_path / "own", f"ckpt={tiny_ckpt}")))
     # the tiny corpus's 40 test sentences, not the default toy data's 1000
     assert own["sentences"] == given["sentences"] == 40
@@ -125,7 +129,9 @@ def test_another_corpus_of_the_same_pair_is_refused_once_its_dictionaries_differ
     other = tmp_path / "other_corpus"
     write_toy_corpus(other, seed=9, n_train=120, n_valid=10, n_test=10)
     cfg = generate_config(tiny_data, tmp_path / "out", f"ckpt={tiny_ckpt}", f"data.dir={other}")
-    cfg["paths"]["cache_dir"] = str(tmp_path / "cache")
+    cfg = dataclasses.replace(
+        cfg, paths=dataclasses.replace(cfg.paths, cache_dir=str(tmp_path / "cache"))
+    )
     with pytest.raises(DataMismatchError) as e:
         run_generate(cfg)
     message = str(e.value)
@@ -138,8 +144,9 @@ def test_another_corpus_of_the_same_pair_is_refused_once_its_dictionaries_differ
 def test_given_data_is_checked_with_gen_input_too(tiny_data, tiny_ckpt, tmp_path, no_databin):
     src = tmp_path / "in.txt"
     src.write_text("a line\n", encoding="utf-8")
+    # a data option (data=NAME) is the data the user gives: checked though gen.input reads none
     cfg = generate_config(
-        tiny_data, tmp_path, f"ckpt={tiny_ckpt}", f"gen.input={src}", "data.src_lang=de"
+        tiny_data, tmp_path, f"ckpt={tiny_ckpt}", f"gen.input={src}", "data=toy", "data.src_lang=de"
     )
     with pytest.raises(DataMismatchError, match=r"checkpoint src->tgt \(toy\), data de->tgt"):
         run_generate(cfg)
@@ -157,7 +164,9 @@ def test_interactive_needs_no_data_and_refuses_data_of_another_pair(tiny_data, t
     )
     assert (read, translated) == (1, 1) and out.getvalue().strip()
 
-    swapped = generate_config(tiny_data, tmp_path, f"ckpt={tiny_ckpt}", "data.tgt_lang=xx")
+    swapped = generate_config(
+        tiny_data, tmp_path, f"ckpt={tiny_ckpt}", "task=interactive", "data=toy", "data.tgt_lang=xx"
+    )
     with pytest.raises(DataMismatchError, match=r"checkpoint src->tgt \(toy\), data src->xx"):
         run_interactive(swapped, io.BytesIO(b""), io.StringIO(), io.StringIO())
 
@@ -186,8 +195,8 @@ def test_data_dir_alone_points_the_checkpoints_own_data_at_its_corpus_here(
 
     moved = edited_checkpoint(tiny_ckpt, tmp_path / "moved.ckpt", move)
     cfg = not_given(generate_config(tiny_data, tmp_path / "out", f"ckpt={moved}"))
-    out = run_generate({**cfg, "data_overrides": {"dir": str(tiny_data["corpus"])}})
+    out = run_generate(dataclasses.replace(cfg, data={"dir": str(tiny_data["corpus"])}))
     assert out["sentences"] == 40
-    wrong = {**cfg, "data_overrides": {"dir": str(tiny_data["corpus"]), "src_lang": "tgt"}}
+    wrong = dataclasses.replace(cfg, data={"dir": str(tiny_data["corpus"]), "src_lang": "tgt"})
     with pytest.raises(DataMismatchError, match="src->tgt"):
         run_generate(wrong)

@@ -16,6 +16,7 @@ import pytest
 import sacrebleu
 
 import convseq.inference.jobs as jobs_mod
+import convseq.tasks.generate as generate_mod
 from convseq.data.databin import DataBin
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
