@@ -22,7 +22,7 @@ from convseq.evaluation.scores import Scores, corpus_scores
 from convseq.inference.ensemble import EnsembleModel
 from convseq.inference.errors import GenerationOOM
 from convseq.inference.generation import checkpoint_paths
-from convseq.inference.options import GenOptions
+from convseq.inference.options import GenConfig
 from convseq.inference.records import in_input_order
 from convseq.inference.translator import Translator
 from convseq.search import beam_search
@@ -59,11 +59,9 @@ def test_predict_returns_each_sentence_in_input_order_with_the_token_budget_samp
     tiny_data, tiny_ckpt, tmp_path, one_thread
 ):
     module = ConvSeqModule.load_from_checkpoint(str(tiny_ckpt))
-    module.translator().options = GenOptions(beam=3, max_len_b=10)
+    module.translator().options = GenConfig(beam=3, max_len_b=10)
     cfg = tiny_config(tiny_data, tmp_path, "batching.max_tokens_valid=120")
-    dm = TranslationDataModule(
-        cfg["data"], cfg["batching"], cfg["paths"]["cache_dir"], predict_split="test"
-    )
+    dm = TranslationDataModule(cfg.data, cfg.batching, cfg.paths.cache_dir, predict_split="test")
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -196,7 +194,8 @@ def test_generate_from_a_fairseq_checkpoint_gives_the_convseq_models_output(
         (folder / f"dict.{lang}.txt").write_bytes((databin.path / f"dict.{lang}.txt").read_bytes())
 
     ours = run_generate(generate_config(tiny_data, tmp_path / "a", f"ckpt={tiny_ckpt}"))
-    theirs = run_generate(generate_config(tiny_data, tmp_path / "b", f"ckpt={pt}"))
+    # a fairseq checkpoint records no data: the command line names it (data=NAME)
+    theirs = run_generate(generate_config(tiny_data, tmp_path / "b", f"ckpt={pt}", "data=toy"))
     assert theirs["sentences"] == 40
     assert (tmp_path / "b" / "generate-test.txt").read_text() == (
         tmp_path / "a" / "generate-test.txt"

@@ -3,6 +3,7 @@ training (one line each) and translatable with task=generate gen.split=<name>.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -11,12 +12,13 @@ import numpy as np
 import pytest
 import sacrebleu
 
+from convseq.data.config import DataConfig
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import databin_path, prepare_databin
 from convseq.errors import DataError
 from convseq.tasks.generate import run_generate
 from convseq.tasks.train import train
-from tests.generation_utils import FAST_GEN
+from tests.generation_utils import FAST_GEN, generate_config
 from tests.training_utils import tiny_config
 
 
@@ -33,8 +35,8 @@ def corpus_with_sets(tiny_data, tmp_path_factory) -> dict[str, Path]:
     return {"corpus": corpus, "cache": root / "cache"}
 
 
-def data_cfg(tiny: dict[str, Path], *overrides: str) -> dict:
-    return tiny_config(tiny, tiny["cache"].parent / "unused", *overrides)["data"]
+def data_cfg(tiny: dict[str, Path], *overrides: str) -> DataConfig:
+    return tiny_config(tiny, tiny["cache"].parent / "unused", *overrides).data
 
 
 SETS = "++data.test_sets={reversed:rev,first15:head}"
@@ -77,7 +79,7 @@ def test_a_corpus_without_extra_sets_keeps_its_data_bin(corpus_with_sets, tiny_d
     ],
 )
 def test_bad_test_sets_are_refused_by_name(corpus_with_sets, sets, words):
-    cfg = dict(data_cfg(corpus_with_sets), test_sets=sets)
+    cfg = dataclasses.replace(data_cfg(corpus_with_sets), test_sets=sets)
     with pytest.raises(DataError, match=words):
         prepare_databin(cfg, str(corpus_with_sets["cache"]))
 
@@ -112,7 +114,7 @@ def test_training_scores_every_test_set_one_line_each(
     # each sentence translates the same wherever it sits: the files are in their input order
     assert rev_hyps == test_hyps[::-1]
     assert head_hyps == test_hyps[:15]
-    refs = DataBin(databin_path(cfg["data"], cfg["paths"]["cache_dir"])).text("test", "tgt")
+    refs = DataBin(databin_path(cfg.data, cfg.paths.cache_dir)).text("test", "tgt")
     head_bleu = sacrebleu.corpus_bleu(head_hyps, [refs[:15]]).score
     assert sets["first15"]["bleu"] == pytest.approx(head_bleu)
     assert sets["first15"]["sentences"] == 15
@@ -127,17 +129,16 @@ def test_training_scores_every_test_set_one_line_each(
 
     # task=generate translates an extra set by its name, with the same hypotheses
     out_dir = tmp_path / "gen"
-    gen_cfg = tiny_config(
+    gen_cfg = generate_config(
         corpus_with_sets,
         out_dir,
-        "task=generate",
-        *FAST_GEN,
+        "data=toy",
         SETS,
         f"ckpt={summary['best_checkpoint']}",
         "gen.split=first15",
     )
     run_generate(gen_cfg)
     assert (out_dir / "generate-first15.txt").read_text(encoding="utf-8").splitlines() == head_hyps
-    bad = dict(gen_cfg, gen={**gen_cfg["gen"], "split": "nosuch"})
+    bad = dataclasses.replace(gen_cfg, gen=gen_cfg.gen.updated(split="nosuch"))
     with pytest.raises(DataError, match=r"gen.split='nosuch': this data-bin's scored splits"):
         run_generate(bad)
