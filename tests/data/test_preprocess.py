@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -496,10 +497,11 @@ def test_generator_runs_before_reading(tmp_path, monkeypatch):
     fake = types.ModuleType("convseq.data.toy.corpus")
     fake.write_toy_corpus = fake_write_toy_corpus
     monkeypatch.setitem(sys.modules, "convseq.data.toy.corpus", fake)
-    corpus = tmp_path / "generated"
-    cfg = make_cfg(corpus, generator="toy", generator_seed=5)
+    # dir unset: the generator writes into its own folder of the cache, then it is read
+    cfg = make_cfg(tmp_path / "unused", generator="toy", generator_seed=5)
+    cfg = {**cfg, "dir": None} if isinstance(cfg, dict) else dataclasses.replace(cfg, dir=None)
     path = pp.prepare_databin(cfg, str(tmp_path / "cache"), progress=False)
-    assert calls[0] == (corpus, 5)
+    assert calls[0] == (tmp_path / "cache" / "corpora" / "toy-seed5", 5)
     assert DataBin(path).meta["splits"]["train"]["sentences"] == 2
 
 
