@@ -229,7 +229,7 @@ def _compose(*overrides: str):
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=True)
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
 
 
 def test_the_multi30k_search_space_is_the_one_documented(monkeypatch, tmp_path):

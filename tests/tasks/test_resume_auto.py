@@ -185,4 +185,4 @@ def compose_config_with_hydra(overrides: list[str]):
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        return compose(config_name="train", overrides=overrides, return_hydra_config=True)

@@ -179,7 +179,7 @@ def test_multi_process_ddp_is_refused_under_submitits_local_executor(capsys):
     GlobalHydra.instance().clear()
     overrides = ["hydra/launcher=submitit_local", "trainer=ddp", "trainer.accelerator=cpu"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.mode = "MULTIRUN"
     with pytest.raises(SystemExit) as e:
@@ -203,7 +203,7 @@ def test_a_failed_sweep_job_leaves_its_error_and_a_signalled_one_does_not(tmp_pa
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", return_hydra_config=True)
+        cfg = compose("train", return_hydra_config=True)
     error = tmp_path / "error.txt"
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(tmp_path)

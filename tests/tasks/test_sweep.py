@@ -13,6 +13,7 @@ import pytest
 from omegaconf import open_dict
 
 from convseq.cli.hydra_callbacks import SweepReport, relaunching_ddp
+from convseq.common.config import TrainerConfig
 from convseq.evaluation.report import REPORT_FILES
 from tests.conftest import ROOT
 from tests.training_utils import TINY_MODEL
@@ -89,7 +90,7 @@ def test_multirun_of_two_jobs_writes_the_table_and_the_curves(tiny_data, tmp_pat
     ],
 )
 def test_which_settings_relaunch_the_command_line(trainer, expected):
-    assert relaunching_ddp(trainer) is expected
+    assert relaunching_ddp(TrainerConfig(**trainer)) is expected
 
 
 def test_ddp_inside_a_local_multirun_is_refused_before_the_job_runs(tmp_path, capsys):
@@ -100,7 +101,7 @@ def test_ddp_inside_a_local_multirun_is_refused_before_the_job_runs(tmp_path, ca
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["trainer=ddp"], return_hydra_config=True)
+        cfg = compose("train", overrides=["trainer=ddp"], return_hydra_config=True)
     callback = SweepReport()
     with open_dict(cfg):
         cfg.hydra.mode = "RUN"
@@ -141,7 +142,7 @@ def test_slurm_launcher_runs_one_task_per_device():
     GlobalHydra.instance().clear()
     overrides = ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=4", "trainer.num_nodes=3"]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.tasks_per_node, launcher.gpus_per_node, launcher.nodes) == (4, 4, 3)
