@@ -10,8 +10,9 @@ import math
 
 import pytest
 
-from convseq.cli.dispatch import to_plain
+from convseq.common.config import plain as to_plain
 from convseq.optim.anneal import Annealer
+from convseq.tasks.config import as_config
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, TINY_MODEL, summary, tiny_config
 
@@ -65,7 +66,8 @@ def test_the_tuning_protocol_is_the_recipe_shortened_and_blind_to_test(tmp_path)
     assert tune["checkpoint"]["monitor"] == "valid/bleu"
     assert tune["final_test"] is False and recipe["final_test"] is True  # tuning never reads test
     assert tune["report"]["test"] is False
-    annealer = Annealer(tune["anneal"], lr=tune["optim"]["lr"])
+    typed = as_config(compose_config(["experiment=multi30k_tune"], output_dir=str(tmp_path)))
+    annealer = Annealer(typed.anneal, lr=typed.optim.lr)
     lrs = [annealer.lr_at_epoch_start(e) for e in range(1, tune["trainer"]["max_epochs"] + 1)]
     # six epochs at 0.25, then three annealed epochs: every reading ends at a small lr
     assert lrs[:6] == [0.25] * 6
@@ -97,7 +99,7 @@ def test_the_recipe_pipeline_on_the_tiny_corpus(tiny_data, tmp_path):
         "trainer.max_epochs=3",
         "gen.max_len_b=30",
     )
-    assert cfg["criterion"]["label_smoothing"] == 0.1 and cfg["bleu_every_n_epochs"] == 1
+    assert cfg.criterion.label_smoothing == 0.1 and cfg.bleu_every_n_epochs == 1
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

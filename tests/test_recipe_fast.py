@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from convseq.cli.dispatch import to_plain
+from convseq.common.config import plain as to_plain
 from convseq.optim.warmup import UpdateSchedule
+from convseq.tasks.config import as_config
 from tests.conftest import compose_config
 from tests.training_utils import QUIET, summary
 
@@ -21,7 +22,8 @@ MARGIN = 0.15
 
 
 def test_the_recipe_is_the_small_fconv_with_adam_and_inverse_sqrt(tmp_path):
-    cfg = to_plain(compose_config(["experiment=multi30k_fast"], output_dir=str(tmp_path)))
+    typed = as_config(compose_config(["experiment=multi30k_fast"], output_dir=str(tmp_path)))
+    cfg = to_plain(typed)
     study = to_plain(compose_config(["experiment=multi30k_compare"], output_dir=str(tmp_path)))
     assert cfg["model"] == study["model"] and cfg["data"] == study["data"]
     assert cfg["batching"] == study["batching"] and cfg["criterion"] == study["criterion"]
@@ -32,7 +34,7 @@ def test_the_recipe_is_the_small_fconv_with_adam_and_inverse_sqrt(tmp_path):
         [0.9, 0.98],
         0.1,
     )
-    schedule = UpdateSchedule(cfg["anneal"], lr=optim["lr"])
+    schedule = UpdateSchedule(typed.anneal, lr=typed.optim.lr)
     assert schedule.lr_at(300) == pytest.approx(0.004)  # the warm-up's end: the peak
     assert schedule.lr_at(1200) == pytest.approx(0.002)  # then lr * sqrt(300 / update)
     assert schedule.finished(10**6) is None  # patience on valid BLEU ends the run

@@ -26,8 +26,7 @@ from convseq.inference.translator import Translator
 from convseq.search import beam_search, greedy, reference_beam_search
 from convseq.tasks.interactive import run_interactive
 from convseq.training.module import ConvSeqModule
-from tests.generation_utils import FAST_GEN, generate_config, tiny_checkpoint
-from tests.training_utils import tiny_config
+from tests.generation_utils import generate_config, tiny_checkpoint
 
 UNK, EOS = 3, 2  # fairseq's numbering: <s> 0, <pad> 1, </s> 2, <unk> 3
 
@@ -238,7 +237,7 @@ def test_interactive_translates_lines_of_unknown_words(tiny_data, tiny_ckpt, tmp
     expected = Translator.from_checkpoints(tiny_ckpt).translate(lines, max_len_b=12)
     stdin = io.BytesIO("".join(line + "\n" for line in lines).encode("utf-8"))
     stdout, stderr = io.StringIO(), io.StringIO()
-    cfg = tiny_config(tiny_data, tmp_path, "task=interactive", *FAST_GEN, f"ckpt={tiny_ckpt}")
+    cfg = generate_config(tiny_data, tmp_path, "task=interactive", f"ckpt={tiny_ckpt}")
     read, translated = run_interactive(cfg, stdin=stdin, stdout=stdout, stderr=stderr)
 
     answers = stdout.getvalue().split("\n")
