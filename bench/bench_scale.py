@@ -187,8 +187,8 @@ def child_startup(spec: dict) -> dict:
     import pytorch_lightning as pl
     from hydra import compose, initialize_config_dir
 
-    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
+    from convseq.tasks.config import as_config
     from convseq.tasks.train import train
 
     t0, marks = spec["t0"], {"imports": time.time() - spec["t0"]}
@@ -204,7 +204,7 @@ def child_startup(spec: dict) -> dict:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=spec["overrides"])
     cfg.paths.output_dir = spec["output_dir"]
-    train(to_plain(cfg), callbacks=[Marks()])
+    train(as_config(cfg), callbacks=[Marks()])
     return {**marks, "process": time.time() - t0, "maxrss": own_peak_rss()}
 
 

@@ -26,6 +26,7 @@ load on a shared machine hits both alike); every figure is the median over the r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -35,11 +36,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -47,13 +51,13 @@ VARIANTS = ("bare", "lightning")
 
 
 # -- configuration and data ---------------------------------------------------------------------
-def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
-    """The resolved config of a Multi30k run of `args.model`, as run.py would compose it."""
+def compose_cfg(args: argparse.Namespace, output_dir: str) -> TrainConfig:
+    """The typed config of a Multi30k run of `args.model`, as run.py would hand it to train."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
+    from convseq.tasks.config import as_config
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -69,10 +73,10 @@ def compose_cfg(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
         cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = output_dir
-    return to_plain(cfg)
+    return as_config(cfg)
 
 
-def build(cfg: dict[str, Any]):
+def build(cfg: TrainConfig):
     """(module, datamodule) exactly as train() builds them, seeded."""
     import pytorch_lightning as pl
 
@@ -80,9 +84,8 @@ def build(cfg: dict[str, Any]):
     from convseq.data.preprocess import prepare_databin
     from convseq.training.build import build_datamodule, build_module
 
-    seed = int(cfg["seed"])
-    pl.seed_everything(seed, workers=True, verbose=False)
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"], progress=False))
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    databin = DataBin(prepare_databin(cfg.data, cfg.paths.cache_dir, progress=False))
     module = build_module(cfg, databin)
     dm = build_datamodule(cfg, module)
     return module, dm
@@ -102,15 +105,15 @@ def first_batches(dm, n: int) -> list[dict]:
 
 
 # -- the two loops (each in its own process) ----------------------------------------------------
-def run_bare(cfg: dict[str, Any], warmup: int, updates: int) -> dict[str, float]:
+def run_bare(cfg: TrainConfig, warmup: int, updates: int) -> dict[str, float]:
     """A plain PyTorch loop: forward, summed loss, backward, / tokens, clip, step."""
     from convseq.optim.build import build_optimizer
 
     module, dm = build(cfg)
     model, criterion = module.model, module.criterion
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(params, cfg["optim"])
-    clip = float(cfg["optim"].get("clip_norm") or 0.0)
+    optimizer = build_optimizer(params, cfg.optim)
+    clip = float(cfg.optim.clip_norm or 0.0)
     model.train()
     dm.setup("fit")
     loader = dm.train_dataloader()
@@ -142,9 +145,10 @@ def run_bare(cfg: dict[str, Any], warmup: int, updates: int) -> dict[str, float]
     }
 
 
-def run_lightning(cfg: dict[str, Any], warmup: int, updates: int) -> dict[str, float]:
+def run_lightning(cfg: TrainConfig, warmup: int, updates: int) -> dict[str, float]:
     """convseq's own Trainer, module and callbacks, timed over the same window."""
     import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
     from convseq.training.build import build_callbacks, build_trainer
 
@@ -165,18 +169,22 @@ def run_lightning(cfg: dict[str, Any], warmup: int, updates: int) -> dict[str, f
                 self.t1, self.c1 = time.perf_counter(), time.process_time()
 
     module, dm = build(cfg)
-    output_dir = Path(cfg["paths"]["output_dir"])
-    cfg["trainer"].update(
+    output_dir = Path(cfg.paths.output_dir)
+    trainer_cfg = dataclasses.replace(
+        cfg.trainer,
         max_epochs=1,
         limit_train_batches=warmup + updates,
         limit_val_batches=0,
         num_sanity_val_steps=0,
-        enable_checkpointing=False,  # once an epoch, outside the timed window
     )
+    cfg = dataclasses.replace(cfg, trainer=trainer_cfg)
     cbs = build_callbacks(cfg, output_dir / "checkpoints")
     cbs.pop("best")
     window = Window()
     trainer = build_trainer(cfg, [*cbs.values(), window], output_dir)
+    # no checkpointing (once an epoch, outside the timed window): Lightning's default
+    # ModelCheckpoint goes too (trainer.enable_checkpointing is no key of convseq's config)
+    trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
     trainer.fit(module, datamodule=dm)
     return {
         "seconds": window.t1 - window.t0,
@@ -222,7 +230,7 @@ def _prod(shape) -> int:
     return out
 
 
-def count_flops(cfg: dict[str, Any], warmup: int, updates: int) -> float:
+def count_flops(cfg: TrainConfig, warmup: int, updates: int) -> float:
     """FLOPs of forward + backward over the timed batches (matmul-class operations)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -281,7 +289,7 @@ def prepare(args: argparse.Namespace) -> float:
         from convseq.data.preprocess import prepare_databin
 
         t0 = time.perf_counter()
-        databin = prepare_databin(cfg["data"], args.cache_dir, progress=False)
+        databin = prepare_databin(cfg.data, args.cache_dir, progress=False)
         print(f"data-bin: {databin} ({time.perf_counter() - t0:.1f} s)")
         return count_flops(cfg, args.warmup, args.updates)
 

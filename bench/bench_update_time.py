@@ -42,9 +42,19 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.common.config import plain as to_plain
-    from convseq.cli.schema import register_configs
     from convseq.tasks.train import train
+
+    # the child may run an older tree's convseq (the "before" side): its layout's own names
+    try:  # convseq.cli (the command line's machinery moved out of tasks/)
+        from convseq.cli.schema import register_configs
+    except ImportError:
+        from convseq.tasks.schema import register_configs
+    try:  # typed configs: the composed config as the task's dataclass
+        from convseq.tasks.config import as_config as task_config
+    except ImportError:  # plain dicts
+        from convseq.common.plain import to_plain as task_config
+    # a config per task (conf/train.yaml), or one root config (conf/config.yaml)
+    config_name = "train" if (tree / "conf" / "train.yaml").is_file() else "config"
 
     class Clock(pl.Callback):
         def __init__(self) -> None:
@@ -70,11 +80,11 @@ def child(tree: Path, out_dir: Path, cache: Path, total: int, dry: bool) -> list
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(tree / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+        cfg = compose(config_name=config_name, overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out_dir)
     clock = Clock()
-    train(to_plain(cfg), callbacks=[clock])
+    train(task_config(cfg), callbacks=[clock])
     return [b - a for a, b in zip(clock.ends, clock.ends[1:])]
 
 

@@ -39,11 +39,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 # bench/, beside this script (on sys.path as a script)
 from bench_vs_fairseq_gen import add_generate_args, generate_child, generate_main
 from vs_fairseq_common import ROOT, VENV, WORK, fairseq_env, in_child, machine_of_run, report
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 DATA_ROOT = os.environ.get("CONVSEQ_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
 RECIPE = ["experiment=multi30k_fconv", f"paths.data_root={DATA_ROOT}"]
@@ -56,14 +59,14 @@ FAIRSEQ_RECIPE = [
 
 
 # -- data ----------------------------------------------------------------------------------------
-def compose(overrides: list[str], output_dir: str) -> dict[str, Any]:
-    """The resolved config of the Multi30k recipe plus `overrides`, as run.py composes it."""
+def compose(overrides: list[str], output_dir: str) -> TrainConfig:
+    """The typed config of the Multi30k recipe plus `overrides`, as run.py hands it to train."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
+    from convseq.tasks.config import as_config
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -71,7 +74,7 @@ def compose(overrides: list[str], output_dir: str) -> dict[str, Any]:
         cfg = hydra_compose(config_name="train", overrides=[*RECIPE, *overrides])
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = output_dir
-    return to_plain(cfg)
+    return as_config(cfg)
 
 
 def write_fairseq_text(databin, out: Path, splits: tuple[str, ...] = ("train", "valid")) -> Path:
@@ -169,7 +172,7 @@ def convseq_train_child(args: argparse.Namespace) -> dict[str, float]:
     return {**result, "first_loss": first}
 
 
-def first_update_loss(cfg: dict[str, Any]) -> float:
+def first_update_loss(cfg: TrainConfig) -> float:
     """The loss (bits per token) of the first batch with the seeded initial weights."""
     import torch
 
@@ -179,7 +182,7 @@ def first_update_loss(cfg: dict[str, Any]) -> float:
     module, dm = build(cfg)
     batch = first_batches(dm, 1)[0]
     module.model.train()
-    torch.manual_seed(int(cfg["seed"]))
+    torch.manual_seed(cfg.seed)
     with torch.no_grad():
         logits, _ = module.model(**batch["net_input"])
         out = module.criterion(logits, batch["target"])
@@ -192,7 +195,7 @@ def train_main(args: argparse.Namespace, argv: list[str]) -> None:
 
     info = machine_of_run(args.threads)
     cfg = compose([], str(WORK))
-    databin = DataBin(prepare_databin(cfg["data"], cfg["paths"]["cache_dir"], progress=False))
+    databin = DataBin(prepare_databin(cfg.data, cfg.paths.cache_dir, progress=False))
     dest = fairseq_databin(databin, args.dry_run)
     if args.dry_run:
         print(" ".join(fairseq_train_cmd(dest, args.warmup + args.updates, "SAVE_DIR")))

@@ -12,11 +12,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from machine import machine  # bench/, beside this script (on sys.path as a script)
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = ROOT / "conf"
@@ -230,14 +233,14 @@ def timed(report: Report, part: str) -> Iterator[None]:
 
 
 # -- configuration ----------------------------------------------------------------------------
-def compose(overrides: Sequence[str], output_dir: Path) -> dict[str, Any]:
-    """The resolved config of conf/config.yaml with `overrides`, as run.py composes it."""
+def compose(overrides: Sequence[str], output_dir: Path) -> TrainConfig:
+    """The typed config of conf/train.yaml with `overrides`, as run.py hands it to train."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from convseq.cli.schema import register_configs
-    from convseq.common.config import plain as to_plain
+    from convseq.tasks.config import as_config
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -246,7 +249,7 @@ def compose(overrides: Sequence[str], output_dir: Path) -> dict[str, Any]:
     GlobalHydra.instance().clear()
     # Outside a Hydra run there is no runtime folder to interpolate: set it by hand.
     cfg.paths.output_dir = str(output_dir)
-    return to_plain(cfg)
+    return as_config(cfg)
 
 
 def data_root(args: argparse.Namespace) -> Path:

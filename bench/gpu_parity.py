@@ -22,9 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 # Tolerances per precision: (first-update gradient norm, loss at update N, parameter change),
 # relative. Measured on the CPU (Intel Xeon with AMX, torch 2.13) on the Multi30k recipe
@@ -121,7 +124,7 @@ def parity_overrides(updates: int) -> list[str]:
 
 
 def parity_run(
-    compose: Callable[[Sequence[str], Path], dict[str, Any]],
+    compose: Callable[[Sequence[str], Path], TrainConfig],
     overrides: Sequence[str],
     out: Path,
     fault: str | None = None,

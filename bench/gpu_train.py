@@ -9,7 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from convseq.common.tf32 import set_tf32
 from gpu_common import (
@@ -30,6 +30,9 @@ from gpu_common import (
     without_model,
 )
 from gpu_parity import FAULTS, compare, describe, parity_overrides, parity_run
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 SKIP_UPDATES = 10  # updates left out of the wps figure: allocator and kernel warm-up
 
@@ -52,7 +55,7 @@ def _run_probe() -> Any:
     return RunProbe()
 
 
-def train_run(cfg: dict[str, Any], device: str) -> dict[str, Any]:
+def train_run(cfg: TrainConfig, device: str) -> dict[str, Any]:
     """Run `train(cfg)`; its summary.json, per-update rows of metrics.csv, peak memory and the
     final fp16 loss scale."""
     from convseq.evaluation.history import METRICS_FILE, SUMMARY_FILE, read_metrics
@@ -64,7 +67,7 @@ def train_run(cfg: dict[str, Any], device: str) -> dict[str, Any]:
     with quiet_lightning():
         train(cfg, callbacks=[probe])
     seconds = time.perf_counter() - t0
-    out = Path(cfg["paths"]["output_dir"])
+    out = Path(cfg.paths.output_dir)
     rows = read_metrics(out / "csv" / METRICS_FILE)
     updates = sorted((r for r in rows if "train/loss" in r), key=lambda r: r["step"])
     if not updates:
@@ -210,11 +213,12 @@ def big_overrides(shrink: int, out: Path) -> list[str]:
     overrides = [f"model={BIG_PRESET}"]
     if shrink <= 1:
         return overrides
-    model = compose(overrides, out)["model"]
+    model = compose(overrides, out).model
     for key in ("encoder_embed_dim", "decoder_embed_dim", "decoder_out_embed_dim"):
-        overrides.append(f"model.{key}={max(int(model[key]) // shrink, 8)}")
+        overrides.append(f"model.{key}={max(int(getattr(model, key)) // shrink, 8)}")
     for key in ("encoder_layers", "decoder_layers"):
-        overrides.append(f"model.{key}={_override_value(shrink_layers(model[key], shrink))}")
+        layers = shrink_layers(getattr(model, key), shrink)
+        overrides.append(f"model.{key}={_override_value(layers)}")
     return overrides
 
 

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gpu_common import Plan, Report, synchronize
 from gpu_parity import beam_agreement
 
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
+
 BEAM_BATCH = 128  # sentences per batch in the translation checks
 
 
-def test_sources(cfg: dict[str, Any], n: int) -> list[str]:
+def test_sources(cfg: TrainConfig, n: int) -> list[str]:
     """The first `n` source lines of the corpus's test split (raw text)."""
     from convseq.data.corpus_dir import with_corpus_dir
-    from convseq.data.preprocess import as_data_config
 
     # data.dir, or with it unset (the toy group) the generator's folder in the cache
-    data = with_corpus_dir(as_data_config(cfg["data"]), cfg["paths"]["cache_dir"])
+    data = with_corpus_dir(cfg.data, cfg.paths.cache_dir)
     path = Path(data.dir) / f"{data.test_split}.{data.src_lang}"
     with open(path, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for _, line in zip(range(n), f)]

@@ -22,6 +22,7 @@ A bucket that does not shrink with bf16 is where the bf16 gain stops.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     """Profile the Lightning loop at `args.child` precision; the operators' self times."""
     import pytorch_lightning as pl
     import torch
+    from pytorch_lightning.callbacks import ModelCheckpoint
 
     from bench_train import build, compose_cfg
     from convseq.training.build import build_callbacks, build_trainer
@@ -122,19 +124,22 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="convseq-prof-") as tmp:
         cfg = compose_cfg(args, tmp)
-        cfg["trainer"].update(
+        trainer_cfg = dataclasses.replace(
+            cfg.trainer,
             precision=args.child,
             max_epochs=1,
             limit_train_batches=warmup + updates,
             limit_val_batches=0,
             num_sanity_val_steps=0,
-            enable_checkpointing=False,
         )
+        cfg = dataclasses.replace(cfg, trainer=trainer_cfg)
         module, dm = build(cfg)
         cbs = build_callbacks(cfg, Path(tmp) / "checkpoints")
         cbs.pop("best")
         window = Window()
         trainer = build_trainer(cfg, [*cbs.values(), window], Path(tmp))
+        # no checkpointing: Lightning's default ModelCheckpoint goes too (no key of the config)
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
         trainer.fit(module, datamodule=dm)
     return {"precision": args.child, "ops": self_times(window.prof.events())}
 

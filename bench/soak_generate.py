@@ -120,10 +120,10 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
     from convseq.data.preprocess import prepare_databin
     from convseq.data.toy.corpus import write_toy_corpus
+    from convseq.tasks.config import as_config
     from convseq.tasks.train import train
 
     cache, out = tmp / "cache", tmp / "run"
@@ -143,9 +143,9 @@ def train_toy(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
         cfg = compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out)
-    cfg = to_plain(cfg)
+    cfg = as_config(cfg)
     train(cfg)
-    databin = prepare_databin(cfg["data"], str(cache), progress=False)
+    databin = prepare_databin(cfg.data, str(cache), progress=False)
     return out / "checkpoints" / "best.ckpt", Path(databin)
 
 
@@ -248,13 +248,14 @@ def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, Any]:
     `task=generate` builds them; a toy model is trained first without --ckpt."""
     from convseq.data.databin import DataBin
     from convseq.inference.generation import GenerationModule, load_translator, split_batches
+    from convseq.inference.options import GenConfig
 
     ckpt, databin_dir = args.ckpt, args.databin
     if ckpt is None:
         ckpt, databin_dir = train_toy(args, tmp)
     databin = DataBin(databin_dir)
-    gen = {"beam": args.beam, "max_len_b": args.max_len_b, "max_tokens": args.max_tokens}
-    translator = load_translator({"ckpt": str(ckpt), "gen": gen}, databin)
+    gen = GenConfig(beam=args.beam, max_len_b=args.max_len_b, max_tokens=args.max_tokens)
+    translator = load_translator(str(ckpt), gen, databin=databin)
     module = GenerationModule(
         translator, translator.options, split_batches(translator, databin, args.split, gen)
     )
@@ -263,9 +264,10 @@ def generation(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any, Any]:
 
 def soak(module, sentences: int, args: argparse.Namespace) -> tuple[BatchRecorder, float, float]:
     """Pass after pass over the split until the deadline: (the recorder, RSS at start, wall s)."""
+    from convseq.common.config import DeviceConfig
     from convseq.inference.generation import predict_trainer
 
-    trainer = predict_trainer({"accelerator": "cpu"})
+    trainer = predict_trainer(DeviceConfig(accelerator="cpu"))
     gc.collect()
     start_rss = rss_mib()  # model and data loaded, nothing translated yet
     t0 = time.perf_counter()

@@ -34,13 +34,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytorch_lightning as pl
 import torch
 
 from machine import machine, machine_line  # bench/, beside this script (on sys.path as a script)
+
+if TYPE_CHECKING:
+    from convseq.training.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [  # the test suite's tiny model: a whole epoch takes well under a second
@@ -90,14 +93,14 @@ class MemoryRecorder(pl.Callback):
         )
 
 
-def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
-    """The resolved config of the soak run (the real conf/ tree, as run.py composes it)."""
+def compose(args: argparse.Namespace, cache: Path, out: Path) -> TrainConfig:
+    """The typed config of the soak run (the real conf/ tree, as run.py hands it to train)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.common.config import plain as to_plain
     from convseq.cli.schema import register_configs
+    from convseq.tasks.config import as_config
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -116,7 +119,7 @@ def compose(args: argparse.Namespace, cache: Path, out: Path) -> dict[str, Any]:
         cfg = hydra_compose(config_name="train", overrides=overrides)
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(out)
-    return to_plain(cfg)
+    return as_config(cfg)
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -163,7 +166,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def soak(args: argparse.Namespace) -> tuple[dict[str, Any], MemoryRecorder, float, float]:
+def soak(args: argparse.Namespace) -> tuple[TrainConfig, MemoryRecorder, float, float]:
     """The training run, recorded: (its config, the recorder, wall seconds, RSS after the test)."""
     from convseq.data.toy.corpus import write_toy_corpus
     from convseq.tasks.train import train
@@ -210,7 +213,7 @@ def main() -> None:
     cfg, recorder, wall, final_rss = soak(args)
     result = {
         "machine": machine(),
-        "model": "tiny" if args.tiny else cfg["model"]["arch"],
+        "model": "tiny" if args.tiny else cfg.model.arch,
         "parameters": recorder.parameters,
         "train_pairs": args.train_pairs,
         "max_tokens": args.max_tokens,
