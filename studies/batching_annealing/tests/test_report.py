@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import compose_config
 
-from convseq.cli.dispatch import to_plain
+from convseq.common.config import plain
 from convseq.errors import DataError
 from convseq.viz.runs import RunCurves
 from studies.batching_annealing import report
@@ -522,7 +522,7 @@ def test_the_report_command_with_a_reference_file(study, tmp_path, capsys):
 
 def test_the_primary_config_knows_nothing_of_the_study(tmp_path):
     """task=report is the sweep report's only: the study's settings are its command's options."""
-    cfg = to_plain(compose_config(["task=report"], output_dir=str(tmp_path)))
+    cfg = plain(compose_config(["task=report"], output_dir=str(tmp_path)))
     assert "study" not in cfg["report"] and "refs" not in cfg["report"]
     with pytest.raises(Exception, match="study"):  # the schema refuses the old key
         compose_config(["task=report", "report.study=true"])
@@ -544,7 +544,7 @@ def test_references_from_the_baseline_runs_databin(tiny_data, tmp_path):
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
-    saved = {"data": tiny_config(tiny_data, tmp_path / "unused")["data"]}
+    saved = {"data": plain(tiny_config(tiny_data, tmp_path / "unused").data)}
     saved["paths"] = {"output_dir": "${hydra:runtime.output_dir}"}  # unresolvable here: replaced
     (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(saved))
     refs, source = databin_references(
@@ -562,5 +562,5 @@ def test_run_paths_are_those_run_py_composes(tmp_path, monkeypatch):
     monkeypatch.setenv("CONVSEQ_CACHE", str(tmp_path / "cache"))
     paths = run_paths()
     assert paths == {"data_root": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache")}
-    composed = to_plain(compose_config([], output_dir=str(tmp_path)))["paths"]
+    composed = plain(compose_config([], output_dir=str(tmp_path)))["paths"]
     assert paths == {k: composed[k] for k in paths}
