@@ -40,9 +40,9 @@ __all__ = [
     "wants_no_run_folder",
 ]
 
-NO_RUN_FOLDER_TASKS = ("preprocess",)
+NO_RUN_FOLDER_TASKS = ("preprocess",)  # tasks that write nothing of their own into a run folder
 # groups only task=train's primary config has (conf/train.yaml): a recipe sets training keys
-TRAINING_ONLY_GROUPS = ("experiment", "hparams_search")  # tasks that write nothing of their own into a run folder
+TRAINING_ONLY_GROUPS = ("experiment", "hparams_search")
 
 # (group, option or None for any) -> the Hydra plugin module it needs and how to install it
 PLUGINS = {
