@@ -16,6 +16,17 @@ CONF_DIR = ROOT / "conf"
 SHARED_DATA = ROOT.parent / "shared" / "data"  # where the corpora are when nothing says otherwise
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`pytest -n 2`, the README's command) each worker and the processes
+    its tests start run one thread: two workers of two spinning threads each on two cores would
+    make every test several times slower."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+
+
 def data_root() -> Path:
     """The folder that holds the real corpora, found as conf/paths/default.yaml finds it.
 

@@ -20,6 +20,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 sys.path.insert(0, str(ROOT / "bench"))
 from machine import machine, machine_line  # noqa: E402
 
+# slow: preprocessing 2k and 5k Multi30k pairs; the preprocessing path is the default run's
+# (tests/data)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory) -> dict[str, Any]:

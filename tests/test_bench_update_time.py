@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_update_time.py"
 
 
+# slow: four child trainings; the training path it times is the default run's (tests/tasks)
+@pytest.mark.slow
 def test_dry_run_times_both_trees_alternately_and_reports_the_ratio(tmp_path):
     out = tmp_path / "update.json"
     proc = subprocess.run(

@@ -157,7 +157,19 @@ def test_dry_run_parity_compares_the_three_figures_with_the_cpu(dry_run):
     assert "skipped" in parity["16-mixed"]
 
 
-@pytest.mark.parametrize("fault", ["uniform_logits", "no_attention", "sentence_norm", "skip_step"])
+# one planted fault in the default run; the three others (each its own dry run) with -m slow
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "uniform_logits",
+        pytest.param("no_attention", marks=SLOW),
+        pytest.param("sentence_norm", marks=SLOW),
+        pytest.param("skip_step", marks=SLOW),
+    ],
+)
 def test_each_planted_fault_fails_the_check(fault, tmp_path):
     """The bugs a loss-at-initialisation comparison let through: each must fail both the fp32
     and the bf16-mixed comparison, and the check exits 1."""

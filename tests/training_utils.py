@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import torch
 
-from convseq.tasks.config import as_config
-from convseq.training.config import TrainConfig
 from convseq.data.databin import DataBin
 from convseq.data.preprocess import prepare_databin
 from convseq.data.toy.corpus import write_toy_corpus
+from convseq.tasks.config import as_config
+from convseq.training.config import TrainConfig
 
 # A model small enough for a whole epoch to take a fraction of a second on one core.
 TINY_MODEL = [

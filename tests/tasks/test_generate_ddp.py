@@ -53,6 +53,9 @@ def generate(tiny_data, ckpt, out, devices: int) -> subprocess.CompletedProcess:
     return proc
 
 
+# slow: the default run covers two generating ranks writing one process's files through the same
+# sharding and gathering (tests/tasks/test_generate_input.py)
+@pytest.mark.slow
 def test_two_ranks_write_exactly_the_files_of_one_process(tiny_data, tiny_ckpt, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     generate(tiny_data, tiny_ckpt, one, 1)

@@ -80,6 +80,9 @@ def _rows(sweep_dir: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in r.items() if k not in TIMES} for r in csv.DictReader(f)]
 
 
+# slow: the default run covers a multirun's report (tests/tasks/test_sweep.py) and the launcher's
+# config (test_slurm_launcher_composes)
+@pytest.mark.slow
 def test_submitit_local_sweep_reports_what_the_basic_launcher_reports(tiny_data, tmp_path):
     basic, basic_cwd, b = _sweep(tiny_data, tmp_path, "basic")
     local, local_cwd, s = _sweep(

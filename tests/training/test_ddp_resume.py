@@ -116,6 +116,9 @@ def run_py(tiny_data, out: Path, *extra: str) -> subprocess.Popen:
     return start(tiny_data, out, "trainer=ddp", "trainer.accelerator=cpu", *extra, env=env)
 
 
+# slow: the default run covers DDP's SIGTERM and bit-exact resume (the tests above, through
+# tests/ddp_script.py) and run.py's DDP launch (tests/training/test_ddp_unused.py)
+@pytest.mark.slow
 def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights(
     runs, tiny_data, tmp_path
 ):

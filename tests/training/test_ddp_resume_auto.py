@@ -40,6 +40,9 @@ def records(out: Path) -> list[dict]:
     return [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
 
 
+# slow: the default run covers resume=auto in one process (tests/tasks/test_resume_auto.py) and a
+# DDP run's bit-exact resume (tests/training/test_ddp_resume.py)
+@pytest.mark.slow
 def test_resume_auto_starts_then_continues_on_every_rank(tiny_data, tmp_path):
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)  # what Hydra writes before the task starts

@@ -85,7 +85,8 @@ class GenerateTaskConfig:
 
     task: str = "generate"  # generate | interactive
     paths: PathsConfig = field(default_factory=PathsConfig)
-    ckpt: str | None = None  # checkpoint(s): a .ckpt, a run folder, fairseq's .pt; ':' joins an ensemble
+    # checkpoint(s): a .ckpt, a run folder, fairseq's .pt; ':' joins an ensemble
+    ckpt: str | None = None
     # {} = the checkpoint's data; data=NAME = that corpus; data.KEY=... = the checkpoint's, changed
     data: Any = field(default_factory=dict, metadata=DATA_KEYS)
     gen: GenConfig = field(default_factory=GenConfig)
@@ -98,7 +99,8 @@ class AverageTaskConfig:
 
     task: str = "average"
     paths: PathsConfig = field(default_factory=PathsConfig)
-    ckpts: list[str] = field(default_factory=list)  # checkpoint files, or [RUN_DIR] with average.last_n
+    # checkpoint files, or [RUN_DIR] with average.last_n
+    ckpts: list[str] = field(default_factory=list)
     average: AverageConfig = field(default_factory=AverageConfig)
     # {} = the inputs' own; data=NAME = the corpus every input must have been trained on
     data: Any = field(default_factory=dict, metadata=DATA_KEYS)

@@ -221,5 +221,3 @@ def extra_test_sets(test_bleu: TestBleu, output_dir: Path, write: bool) -> dict[
             "hypotheses": str(path),
         }
     return figures
-
-
