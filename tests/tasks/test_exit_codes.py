@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.training_utils import QUIET, TINY_MODEL, launch_env
 
@@ -40,6 +42,9 @@ def _run_py(tiny_data, run_dir) -> subprocess.Popen:
     )
 
 
+# slow: the default run covers SIGTERM's exit 75 and the same command finishing the run
+# (tests/training/test_slurm_requeue.py, resume=auto)
+@pytest.mark.slow
 def test_sigterm_exits_75_and_the_same_command_finishes_the_run_with_0(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     proc = _run_py(tiny_data, run_dir)

@@ -133,6 +133,9 @@ def _sites(window: dict) -> Counter:
     return Counter({re.sub(r":\d+ \(", " (", k): v for k, v in window["sites"].items()})
 
 
+# slow: the default run covers an update's one device read (tests/training/test_host_syncs.py) and
+# convseq's DDP collectives (the one-rank-group tests above)
+@pytest.mark.slow
 def test_two_gloo_ranks_read_the_device_once_an_update_with_the_bar_on(tmp_path, tiny_data):
     """convseq's DDP with the progress bar drawn: per update, the finite check is the one read
     of the device (a logging step adds the copy of its figures); the collectives are DDP's
