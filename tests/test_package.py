@@ -33,6 +33,8 @@ PUBLIC = {
     "beam_search": "convseq.search.beam",
     "load_fairseq": "convseq.checkpoints.fairseq",
     "save_fairseq": "convseq.checkpoints.fairseq",
+    "GenConfig": "convseq.inference.options",
+    "TrainConfig": "convseq.training.config",
 }
 PRE_LAYOUT = Path(__file__).resolve().parent / "fixtures" / "pre_layout"
 

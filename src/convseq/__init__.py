@@ -2,10 +2,11 @@
 
 The names most programs need, importable from the package itself::
 
-    from convseq import ConvSeqModule, Translator
+    from convseq import ConvSeqModule, GenConfig, Translator
 
     module = ConvSeqModule.load_from_checkpoint("outputs/run/checkpoints/best.ckpt")
     Translator.from_checkpoints("outputs/run").translate("ein Hund läuft .", beam=5)
+    Translator.from_checkpoints("outputs/run", options=GenConfig(beam=5, nbest=2))
 
 Each is imported on first use (`import convseq` alone loads neither torch nor Lightning), from
 the layer that owns it; docs/overview.md maps the folders.
@@ -27,6 +28,8 @@ _PUBLIC = {
     "beam_search": "convseq.search.beam",
     "load_fairseq": "convseq.checkpoints.fairseq",
     "save_fairseq": "convseq.checkpoints.fairseq",
+    "GenConfig": "convseq.inference.options",
+    "TrainConfig": "convseq.training.config",
 }
 
 __all__ = [*_PUBLIC, "__version__"]
