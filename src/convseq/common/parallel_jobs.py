@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from convseq.common.threads import (
     choose_threads,
 )
 
-__all__ = ["job_cpus", "sweep_job_cpus", "sweep_size", "task_threads"]
+__all__ = ["SweepLaunch", "job_cpus", "sweep_job_cpus", "sweep_size", "task_threads"]
 
 
 def sweep_size(task_overrides: list[str]) -> int:
@@ -48,6 +49,39 @@ def sweep_size(task_overrides: list[str]) -> int:
         if o.is_sweep_override() and o.is_discrete_sweep()
     ]
     return math.prod(sizes) if sizes else 1
+
+
+@dataclass(frozen=True)
+class SweepLaunch:
+    """The settings of a sweep's launcher and sweeper that decide how many of its jobs run at
+    once on this machine. Hydra's plugins own those nodes (each has keys of its own); these are
+    the ones read, with what an absent key means."""
+
+    launcher: str = ""  # hydra.launcher._target_: which launcher plugin
+    cpus_per_task: int | None = None  # submitit_local: the CPUs of a job, if given
+    array_parallelism: int | None = None  # submitit_local: jobs at once (None: all)
+    n_jobs: int = 1  # joblib: jobs at once (-1: as many as CPUs)
+    sweeper: str = ""  # hydra.sweeper._target_: which sweeper plugin
+    trials_at_once: int | None = None  # the Optuna sweeper's n_jobs
+
+    @classmethod
+    def of(cls, launcher: Mapping[str, Any], sweeper: Mapping[str, Any]) -> SweepLaunch:
+        """The fields from `hydra.launcher` and `hydra.sweeper`; an absent or null key keeps
+        the field's default."""
+        wanted = {
+            "launcher": (launcher, "_target_"),
+            "cpus_per_task": (launcher, "cpus_per_task"),
+            "array_parallelism": (launcher, "array_parallelism"),
+            "n_jobs": (launcher, "n_jobs"),
+            "sweeper": (sweeper, "_target_"),
+            "trials_at_once": (sweeper, "n_jobs"),
+        }
+        given = {
+            name: node[key]
+            for name, (node, key) in wanted.items()
+            if key in node and node[key] is not None
+        }
+        return cls(**given)
 
 
 def job_cpus(
@@ -64,20 +98,20 @@ def job_cpus(
         jobs_in_sweep: the jobs of the sweep (of one batch of the Optuna sweeper).
         cpus: the CPUs this process may use.
     """
-    target = str(launcher.get("_target_", ""))
+    launch = SweepLaunch.of(launcher, sweeper)
     at_once = jobs_in_sweep
-    if "optuna" in str(sweeper.get("_target_", "")).lower():
-        at_once = max(1, int(sweeper.get("n_jobs") or 1))
-    if target.endswith("submitit_launcher.LocalLauncher"):
-        per_task = launcher.get("cpus_per_task")
+    if "optuna" in str(launch.sweeper).lower():
+        at_once = max(1, int(launch.trials_at_once or 1))
+    if str(launch.launcher).endswith("submitit_launcher.LocalLauncher"):
+        per_task = launch.cpus_per_task
         if per_task:
             n = min(int(per_task), cpus)
             return n, f"{n} CPUs of hydra.launcher.cpus_per_task={per_task}"
-        parallel = launcher.get("array_parallelism") or at_once
+        parallel = launch.array_parallelism or at_once
         jobs = max(1, min(at_once, int(parallel)))
         name = "submitit_local"
-    elif "joblib" in target.lower():
-        n_jobs = int(launcher.get("n_jobs") or 1)
+    elif "joblib" in str(launch.launcher).lower():
+        n_jobs = int(launch.n_jobs)
         n_jobs = cpus if n_jobs < 0 else n_jobs  # joblib: -1 = as many jobs as CPUs
         jobs = max(1, min(at_once, n_jobs))
         name = "joblib"
