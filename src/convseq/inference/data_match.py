@@ -37,7 +37,6 @@ __all__ = [
     "check_databin",
     "check_given_data",
     "data_to_translate",
-    "recorded_data",
     "split_given",
     "trained_on",
 ]
@@ -149,13 +148,6 @@ def split_given(data: Mapping[str, Any] | None) -> tuple[dict | None, dict | Non
     return (given, None) if "name" in given else (None, given)
 
 
-def recorded_data(record: Mapping[str, Any]) -> DataConfig:
-    """A checkpoint's record of its training data as a DataConfig; keys the schema no longer
-    has (a setting since removed) are dropped."""
-    known = {f.name for f in dataclasses.fields(DataConfig)}
-    return typed(DataConfig, {k: v for k, v in record.items() if k in known}, "data")
-
-
 def data_to_translate(
     model: TrainedOn,
     given: Mapping[str, Any] | None,
@@ -189,7 +181,8 @@ def data_to_translate(
             "fairseq's): give the data whose split to translate with data=NAME (and "
             "data.dir=FOLDER), or translate a text file with gen.input=FILE"
         )
-    data = recorded_data(model.data)
+    # the record without the settings since removed (convseq.checkpoints.data_record)
+    data = typed(DataConfig, model.data, "data", DataMismatchError)
     if data.format == "fairseq":  # a fairseq-preprocess folder, read where it is
         folder = Path(data.path or "").expanduser()
         if data.path and folder.is_dir():
