@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from convseq.errors import ConvseqError
-from convseq.tasks.config import TASK_CONFIGS
+from convseq.tasks.config import TASK_CONFIGS, keys_schema
 
 __all__ = [
     "ConfigKeyError",
@@ -54,7 +54,7 @@ def schema_tree(schema: type) -> SchemaTree:
     """
     tree: SchemaTree = {}
     for f in dataclasses.fields(schema):
-        kind = f.metadata.get("schema") or _dataclass_of(f)
+        kind = keys_schema(f) or _dataclass_of(f)
         tree[f.name] = schema_tree(kind) if kind is not None else None
     return tree
 

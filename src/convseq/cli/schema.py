@@ -20,7 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from convseq.optim.config import OPTIMIZER_DEFAULTS
-from convseq.tasks.config import TASK_CONFIGS
+from convseq.tasks.config import TASK_CONFIGS, keys_schema
 
 # task= value -> what it does, in one line (`python run.py --help` lists them)
 TASK_HELP = {
@@ -90,9 +90,7 @@ def open_node_args(args: Sequence[str]) -> list[str]:
     `convseq.cli.config_check` has checked them against the node's schema either way."""
     task = config_name(args)
     schema = TASK_CONFIGS[task]
-    prefixes = tuple(
-        f"{f.name}." for f in dataclasses.fields(schema) if f.metadata.get("schema") is not None
-    )
+    prefixes = tuple(f"{f.name}." for f in dataclasses.fields(schema) if keys_schema(f) is not None)
     if not prefixes:
         return list(args)
     return [

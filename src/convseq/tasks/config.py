@@ -16,6 +16,7 @@ none (`{}`) means the checkpoint's own data; a data option (`data=NAME`, which s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,12 +45,18 @@ __all__ = [
     "ReportTaskConfig",
     "TaskConfig",
     "as_config",
+    "keys_schema",
     "task_name",
 ]
 
 # the `data` node of a task that reads a checkpoint: open (keys alone are allowed), its keys
 # still checked against DataConfig's on the command line (`convseq.cli.config_check`)
 DATA_KEYS = {"schema": DataConfig}
+
+
+def keys_schema(f: dataclasses.Field) -> type | None:
+    """The schema whose keys the open field `f` takes (its metadata: `DATA_KEYS`), or None."""
+    return f.metadata.get("schema")
 
 
 @dataclass
