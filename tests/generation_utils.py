@@ -14,7 +14,7 @@ import torch
 
 from convseq.tasks.config import GenerateTaskConfig, as_config
 from convseq.tasks.train import train
-from tests.training_utils import tiny_config
+from tests.training_utils import tiny_config, tiny_corpus
 
 # An untrained-looking tiny model rarely emits EOS early: cap the outputs to keep searches short.
 FAST_GEN = ["gen.max_len_b=12", "gen.max_tokens=600"]
@@ -43,13 +43,7 @@ def generate_config(tiny: dict[str, Path], out: Path, *overrides: str) -> Genera
     checkpoint's data, read from the tiny corpus folder), as the command line hands it."""
     from tests.conftest import compose_config  # here: conftest imports training_utils' fixtures
 
-    base = [
-        "task=generate",
-        f"paths.cache_dir={tiny['cache']}",
-        f"data.dir={tiny['corpus']}",
-        "data.generator=null",
-        *FAST_GEN,
-    ]
+    base = ["task=generate", *tiny_corpus(tiny), *FAST_GEN]
     return as_config(compose_config([*base, *overrides], output_dir=str(out)))
 
 

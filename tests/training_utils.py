@@ -52,15 +52,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def tiny_corpus(tiny: dict[str, Path]) -> list[str]:
+    """The overrides that read the tiny corpus (not the generated toy one) with its cache."""
+    return ["data.generator=null", f"data.dir={tiny['corpus']}", f"paths.cache_dir={tiny['cache']}"]
+
+
 def tiny_config(tiny: dict[str, Path], output_dir: Path | str, *overrides: str) -> TrainConfig:
     """The composed config of a tiny run over the tiny corpus, typed as the command line hands
     it to a task."""
     from tests.conftest import compose_config  # here: conftest imports this module's fixtures
 
     base = [
-        "data.generator=null",
-        f"data.dir={tiny['corpus']}",
-        f"paths.cache_dir={tiny['cache']}",
+        *tiny_corpus(tiny),
         "batching.max_tokens=300",
         *TINY_MODEL,
         *QUIET,
