@@ -4,6 +4,7 @@ where the real corpora are (``$CONVSEQ_DATA_ROOT``, as the code reads it)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,19 @@ SHARED_DATA = ROOT.parent / "shared" / "data"  # where the corpora are when noth
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (`pytest -n 2`, the README's command) each worker and the processes
-    its tests start run one thread: two workers of two spinning threads each on two cores would
-    make every test several times slower."""
+    """The suite's processes keep their compiled bytecode, and under pytest-xdist (`pytest -n
+    2`, the README's command) each worker and the processes its tests start run one thread.
+
+    Bytecode: the suite starts about a hundred Python processes (run.py, DDP ranks, scripts)
+    besides its workers; with PYTHONDONTWRITEBYTECODE set (some CI images set it), each would
+    compile convseq's modules and the tests again, ~0.8 s a training process. The files go to
+    the `__pycache__` folders git ignores, as in any Python run without that variable.
+
+    Threads: two workers of two spinning threads each on two cores would make every test
+    several times slower.
+    """
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+        sys.dont_write_bytecode = False  # this process; the workers and subprocesses inherit
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
