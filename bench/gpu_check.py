@@ -24,6 +24,7 @@ What it does, cheapest checks first, so that a run cut short by a time limit has
     python bench/gpu_check.py                             # sized for under 8 minutes on one GPU
     python bench/gpu_check.py --updates 500 --json gpu.json --out runs/gpu
     python bench/gpu_check.py --dry-run                   # the same code path on the CPU, tiny
+    python bench/gpu_check.py --dry-run --skip resume --skip ddp   # without the run.py parts
 
 Exit status: 0 when every check passes, 1 when one fails, 2 without a CUDA device (and no
 `--dry-run`).
@@ -49,8 +50,10 @@ from gpu_train import big_measurements, parity_checks, test_device_check, traini
 from gpu_translate import beam_measurements, test_sources
 from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
-# --only: one part alone (with the training run it needs), for a quick look or the tests
+# --only: one part alone (with the training run it needs), for a quick look or the tests;
+# --skip: leave parts out (the tests' dry run leaves out the two that start run.py subprocesses)
 ONLY = ("parity", "resume", "ddp", "big")
+SKIPPABLE = ("resume", "ddp", "big")
 
 
 def table(report: Report, corpus: str, out: str) -> str:
@@ -90,6 +93,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         choices=ONLY,
         help="one part alone: parity (no timings); resume, ddp, big (after the fp32 run)",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        choices=SKIPPABLE,
+        default=[],
+        help="leave this part out (repeatable): its rows are not in the table",
     )
     p.add_argument(
         "--inject",
@@ -154,15 +164,15 @@ def check_all(
         with timed(report, "translate"):
             beam_measurements(report, plan, ckpt, lines, args.allow_mismatch)
         save(report)
-    if only in (None, "resume"):
+    if only in (None, "resume") and "resume" not in args.skip:
         with timed(report, "resume"):
             resume_check(report, plan, base, out)
         save(report)
-    if only in (None, "ddp"):
+    if only in (None, "ddp") and "ddp" not in args.skip:
         with timed(report, "ddp"):
             ddp_check(report, plan, base, out, fp32)
         save(report)
-    if only in (None, "big"):
+    if only in (None, "big") and "big" not in args.skip:
         with timed(report, "big"):
             big_measurements(report, plan, base, out)
         save(report)

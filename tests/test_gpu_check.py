@@ -51,6 +51,11 @@ CHECKS = [
     "SIGTERM, resume=true",
     "ddp, 2 processes",
 ]
+# the parts that start `python run.py` subprocesses (SIGTERM + resume=true, trainer=ddp): the
+# default run's dry run leaves them out (--skip), their run.py paths being covered by
+# tests/training/test_slurm_requeue.py and test_ddp_unused.py; the whole dry run is slow
+RUNPY_PARTS = ("resume", "ddp")
+RUNPY_ROWS = {"SIGTERM, resume=true", "ddp, 2 processes"}
 
 
 def run_script(args: list[str], cache: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -66,14 +71,19 @@ def run_script(args: list[str], cache: Path, timeout: float) -> subprocess.Compl
     )
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> dict[str, Any]:
-    tmp = tmp_path_factory.mktemp("gpu_check")
+def _dry_run(tmp: Path, *extra: str) -> dict[str, Any]:
     out_json = tmp / "out.json"
-    args = ["--dry-run", "--budget", "--json", str(out_json)]
+    args = ["--dry-run", "--budget", "--json", str(out_json), *extra]
     proc = run_script(args, tmp / "cache", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"stdout": proc.stdout, "json": json.loads(out_json.read_text())}
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory) -> dict[str, Any]:
+    """The dry run without the run.py parts (`--skip resume --skip ddp`)."""
+    skips = [a for part in RUNPY_PARTS for a in ("--skip", part)]
+    return _dry_run(tmp_path_factory.mktemp("gpu_check"), *skips)
 
 
 def table_rows(stdout: str) -> dict[str, str]:
@@ -91,12 +101,11 @@ def test_dry_run_prints_the_table(dry_run):
     assert "DRY RUN on the CPU" in out
     assert f"torch {torch.__version__}" in out
     rows = table_rows(out)
-    assert set(rows) == set(ROWS)
+    assert set(rows) == set(ROWS) - RUNPY_ROWS  # --skip leaves out exactly their rows
     assert rows["parity fp32 vs CPU"] == "PASS"
     assert rows["parity bf16-mixed vs CPU"] == ("PASS" if BF16 else "skip")
     assert rows["beam 5 cpu vs CPU"] == "PASS"
     assert rows["end-of-training test device"] == "PASS"
-    assert rows["SIGTERM, resume=true"] == "PASS" and rows["ddp, 2 processes"] == "PASS"
     skipped = {name for name, status in rows.items() if status == "skip"}
     sixteen = {"train 16-mixed", "big preset 16-mixed", "parity 16-mixed vs CPU"}
     if BF16:
@@ -105,7 +114,7 @@ def test_dry_run_prints_the_table(dry_run):
         assert skipped == {*sixteen, *BF16_ROWS, "translate beam 5, gen.precision=bf16"}
     assert "all checks passed" in out
     # each row also printed as it is made: a run cut by a time limit still shows it
-    assert "gpu_check: row | SIGTERM, resume=true | exit 75" in out
+    assert "gpu_check: row | beam 5 cpu vs CPU | 8/8 identical" in out
 
 
 def test_dry_run_table_names_the_machine_first(dry_run):
@@ -211,8 +220,27 @@ def test_dry_run_translation(dry_run):
     assert result["test_device"] == "cpu"
 
 
-def test_dry_run_resume_ddp_checks_and_budget(dry_run):
+def test_dry_run_checks_and_budget_without_the_run_py_parts(dry_run):
     result = dry_run["json"]
+    assert "resume" not in result and "ddp" not in result
+    assert [c["name"] for c in result["checks"]] == [c for c in CHECKS if c not in RUNPY_ROWS]
+    assert all(c["ok"] for c in result["checks"])
+    budget = result["budget"]
+    assert list(budget) == ["parity", "train", "translate", "big"]
+    assert all(s > 0 for s in budget.values()) and sum(budget.values()) <= result["seconds"]
+    assert "time by part:" in dry_run["stdout"]
+
+
+# slow: the whole dry run; run.py's SIGTERM + resume and trainer=ddp paths are covered in the
+# default run by tests/training/test_slurm_requeue.py and tests/training/test_ddp_unused.py
+@pytest.mark.slow
+def test_dry_run_resume_ddp_checks_and_budget(tmp_path):
+    whole = _dry_run(tmp_path)
+    result = whole["json"]
+    rows = table_rows(whole["stdout"])
+    assert set(rows) == set(ROWS)
+    assert rows["SIGTERM, resume=true"] == "PASS" and rows["ddp, 2 processes"] == "PASS"
+    assert "gpu_check: row | SIGTERM, resume=true | exit 75" in whole["stdout"]
     resume = result["resume"]
     assert resume["first_exit"] == 75 and resume["resumed_exit"] == 0
     assert resume["sigterm_after"] == 4 and 4 <= resume["stopped_at"] < 12
@@ -226,7 +254,6 @@ def test_dry_run_resume_ddp_checks_and_budget(dry_run):
     budget = result["budget"]
     assert list(budget) == ["parity", "train", "translate", "resume", "ddp", "big"]
     assert all(s > 0 for s in budget.values()) and sum(budget.values()) <= result["seconds"]
-    assert "time by part:" in dry_run["stdout"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
