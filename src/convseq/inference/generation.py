@@ -46,11 +46,12 @@ from convseq.inference.translator import Translator
 log = logging.getLogger(__name__)
 
 
-def checkpoint_paths(ckpt: str | Sequence[str] | None) -> list[str]:
-    """The checkpoints of ``ckpt``: one path, or several joined by ':' (an ensemble)."""
+def checkpoint_paths(ckpt: str | Sequence[str] | None, task: str = "generate") -> list[str]:
+    """The checkpoints of ``ckpt``: one path, or several joined by ':' (an ensemble); ``task``
+    names the task that needs them when there is none."""
     if not ckpt:
         raise CheckpointError(
-            "task=generate needs ckpt=PATH (a .ckpt, a run folder, or a fairseq checkpoint_*.pt; "
+            f"task={task} needs ckpt=PATH (a .ckpt, a run folder, or a fairseq checkpoint_*.pt; "
             "several joined by ':' for an ensemble)"
         )
     parts = [ckpt] if isinstance(ckpt, str) else list(ckpt)

@@ -96,7 +96,8 @@ def run_interactive(
     task_threads(cfg.trainer)  # this process's share of the CPUs
     _keep_stdout_for_answers(stdout)
     accelerator = cfg.trainer.accelerator
-    translator = load_translator(cfg.ckpt, cfg.gen, accelerator, databin=None)
+    ckpts = checkpoint_paths(cfg.ckpt, task=cfg.task)  # none: "task=interactive needs ckpt"
+    translator = load_translator(ckpts, cfg.gen, accelerator, databin=None)
     given, _ = split_given(cfg.data)
     if given is not None:  # a data option: it must be the data the model was trained on
         check_given_data(translator.trained_on, given)
@@ -105,7 +106,7 @@ def run_interactive(
     opts = translator.options
     seg = "sentencepiece" if translator.src_segmenter.model is not None else "whitespace tokens"
     print(
-        f"convseq: translating stdin with {', '.join(checkpoint_paths(cfg.ckpt))} "
+        f"convseq: translating stdin with {', '.join(ckpts)} "
         f"(beam {opts.beam}, lenpen {opts.lenpen}, {seg}); one line in, one line out",
         file=stderr,
         flush=True,
