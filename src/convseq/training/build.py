@@ -6,6 +6,7 @@ is usable alone, e.g. to build a Trainer around a module in a notebook or a benc
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ __all__ = [
     "build_module",
     "build_trainer",
     "check_resume",
+    "hide_checkpoint_dir_warning",
     "stop_reason",
 ]
 
@@ -216,6 +218,7 @@ def build_trainer(
         kwargs["precision"] = precision
     loggers = build_loggers(cfg.logger, output_dir, tracker_state)
     clip = cfg.optim.clip_norm
+    hide_checkpoint_dir_warning()  # a resumed run's own folder
     return pl.Trainer(
         **kwargs,
         max_epochs=max_epochs if max_epochs > 0 else -1,  # fairseq: 0 = no limit
@@ -228,6 +231,21 @@ def build_trainer(
         plugins=[AtomicCheckpointIO(), *precision_plugins_, *cluster_plugins()],
         enable_model_summary=False,
         profiler=EpochProfiler() if cfg.profile else None,
+    )
+
+
+def hide_checkpoint_dir_warning() -> None:
+    """Filter Lightning's "Checkpoint directory <dir> exists and is not empty." (idempotent).
+
+    Its ModelCheckpoint says so whenever the folder holds a file; convseq refuses a new run in a
+    folder that holds a run, so the folder is the resumed run's own and the line tells a user
+    nothing. Only that warning, only from Lightning's ModelCheckpoint: its other warnings, and
+    the same words from elsewhere, still show.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Checkpoint directory .* exists and is not empty",
+        module=r"pytorch_lightning\.callbacks\.model_checkpoint",
     )
 
 
