@@ -317,7 +317,7 @@ def test_run_py_trains_in_its_hydra_folder(tiny_data, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = [p.parent for p in outputs.rglob("summary.json")]
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / ".hydra").is_dir()
-    assert "convseq: 1 epochs, 18 updates" in proc.stdout
+    assert "convseq: 1 epoch, 18 updates" in proc.stdout
     assert summary(run_dir)["stop_reason"] == "reached trainer.max_epochs=1"
 
 

@@ -149,4 +149,4 @@ def test_only_rank_0_writes_and_prints(ddp_run):
     assert any(w.startswith(str(out / "checkpoints" / ".last.ckpt.")) for w in written)
     assert any(w.startswith(str(out / ".summary.json")) for w in written)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
-    assert ddp_run["stdout"].count("convseq: 1 epochs, 10 updates") == 1
+    assert ddp_run["stdout"].count("convseq: 1 epoch, 10 updates") == 1

@@ -5,6 +5,10 @@ to tell it from one that ended by its own rule or limits. `python run.py` exits 
 `EX_TEMPFAIL` (75, sysexits.h's "temporary failure, retry") after such a run and 0 after a
 finished one; the summary line and summary.json say where it stopped (epoch, update within the
 epoch and overall, the last validation figures) and that `resume=auto` continues it.
+
+A run that a limit or a rule stops inside an epoch (`max_update`, `trainer.max_time`, a stop at a
+validation inside the epoch) has trained part of its last epoch: `EpochsDone` counts it as such
+("1 epoch and 37 of 250 updates of epoch 2", 1.148 epochs), never as a whole epoch.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,10 @@ from convseq.training.log_interval import updates_per_epoch
 __all__ = [
     "CONTINUE_WITH",
     "EX_TEMPFAIL",
+    "EpochsDone",
+    "epochs_done",
     "exit_status",
+    "last_epoch_complete",
     "last_validation",
     "signal_name",
     "stop_point",
@@ -83,6 +91,63 @@ def stop_point(
     }
 
 
+def last_epoch_complete(trainer: pl.Trainer) -> bool:
+    """Whether the last epoch the Trainer ran went through all its batches (Lightning's own test
+    at an epoch's end), taken right after `fit`; False after a stop inside the epoch."""
+    return bool(trainer.fit_loop.epoch_loop._num_ready_batches_reached())
+
+
+def _counted(n: int, noun: str) -> str:
+    """`1 epoch`, `0 epochs`, `2 updates`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+@dataclass(frozen=True)
+class EpochsDone:
+    """The epochs a run trained: those it ran to their end, then the updates it made in the
+    epoch it stopped in (0: it stopped at an epoch's end)."""
+
+    completed: int
+    partial_updates: int = 0
+    epoch_updates: int | None = None  # the stopped epoch's updates in all (None: unknown)
+
+    @property
+    def trained(self) -> float | None:
+        """The epochs as a number, a partial one as its fraction of updates (1 epoch and 37 of
+        250 updates: 1.148); None when the partial epoch's length is unknown."""
+        if not self.partial_updates:
+            return float(self.completed)
+        if not self.epoch_updates:
+            return None
+        return self.completed + self.partial_updates / self.epoch_updates
+
+    def text(self) -> str:
+        """`1 epoch`, `2 epochs`, `1 epoch and 37 of 250 updates of epoch 2`."""
+        whole = _counted(self.completed, "epoch")
+        if not self.partial_updates:
+            return whole
+        if self.epoch_updates:
+            part = f"{self.partial_updates} of {self.epoch_updates} updates"
+        else:
+            part = _counted(self.partial_updates, "update")
+        return f"{whole} and {part} of epoch {self.completed + 1}"
+
+
+def epochs_done(at: Mapping[str, Any], complete: bool) -> EpochsDone:
+    """The epochs trained, from `stop_point`'s record of where training stopped.
+
+    Args:
+        at: `stop_point`'s record.
+        complete: whether the last epoch ran to its end (`last_epoch_complete`); only read
+            when the run did not stop inside an epoch by a signal (`at["mid_epoch"]`).
+    """
+    epoch, done, total = int(at["epoch"]), int(at["epoch_updates_done"]), at["epoch_updates"]
+    if not at["mid_epoch"] and (complete or not done or (total and done >= total)):
+        return EpochsDone(epoch, 0, total)
+    # inside `epoch` (a signal's stop: none of it may have trained yet)
+    return EpochsDone(epoch - 1, done, total)
+
+
 def last_validation(validations: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The run's last validation record (epoch, updates, lr, valid/* figures), or None."""
     return dict(validations[-1]) if validations else None
@@ -125,6 +190,14 @@ def _test_text(test: Mapping[str, Any]) -> str:
     return f"test loss {_fmt(test.get('test/loss'))} ppl {_fmt(test.get('test/ppl'))}{bleu}"
 
 
+def _epochs_text(summary: Mapping[str, Any]) -> str:
+    """summary.json's epochs in words: a partial last epoch as its updates (`EpochsDone`)."""
+    at = summary["stopped_at"]
+    completed = int(summary["epochs_completed"])
+    partial = int(at["epoch_updates_done"]) if int(at["epoch"]) > completed else 0
+    return EpochsDone(completed, partial, at["epoch_updates"]).text()
+
+
 def summary_line(summary: Mapping[str, Any], output_dir: Path) -> str:
     """The one line a run prints at its end (see the module docstring for a signal's)."""
     if summary.get("signal"):
@@ -135,7 +208,7 @@ def summary_line(summary: Mapping[str, Any], output_dir: Path) -> str:
             f"with {CONTINUE_WITH}; {output_dir}"
         )
     return (
-        f"convseq: {summary['epochs']} epochs, {summary['updates']} updates in "
+        f"convseq: {_epochs_text(summary)}, {_counted(summary['updates'], 'update')} in "
         f"{summary['train_seconds']:.1f}s; stopped: {summary['stop_reason']}; best "
         f"{summary['optimized_metric']} {_fmt(summary['best_value'])} (epoch "
         f"{summary['best_epoch']}); {_test_text(summary.get('test') or {})}; {output_dir}"

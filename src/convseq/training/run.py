@@ -24,7 +24,10 @@ from convseq.training.build import stop_reason
 from convseq.training.config import TrainConfig
 from convseq.training.interruption import (
     CONTINUE_WITH,
+    EpochsDone,
+    epochs_done,
     exit_status,
+    last_epoch_complete,
     last_validation,
     signal_name,
     stop_point,
@@ -66,9 +69,12 @@ class Fit:
     seconds: float  # training time
     best_path: str  # best.ckpt, or "" when none was saved
     reason: str  # the stop reason
+    # Lightning's epoch count: a last epoch a limit stopped partway counts as one, one a
+    # signal cut short does not (`done` counts both honestly)
     epochs: int
     updates: int  # fp16 updates the loss scaler skipped are not counted
     validations: list[dict[str, Any]]  # every validation (minutes included)
+    done: EpochsDone  # the epochs trained to their end and the updates of a partial last one
 
 
 def fit(run: Run) -> Fit:
@@ -98,8 +104,19 @@ def fit(run: Run) -> Fit:
     epochs = trainer.current_epoch if not interrupted else len(history)
     updates = module.updates  # fp16 updates the loss scaler skipped are not counted
     at = stop_point(trainer, history, updates, mid_epoch=interrupted)
+    done = epochs_done(at, complete=interrupted or last_epoch_complete(trainer))
     return Fit(
-        interrupted, sig, at, history, seconds, best_path, reason, epochs, updates, validations
+        interrupted,
+        sig,
+        at,
+        history,
+        seconds,
+        best_path,
+        reason,
+        epochs,
+        updates,
+        validations,
+        done,
     )
 
 
@@ -149,12 +166,20 @@ def summary(
     by_updates = validation_interval(cfg) > 0
     best_value, best_epoch = best_of(validations if by_updates else fit.history, metric, maximize)
     test_bleu = run.callbacks.get("test_bleu")
+    trained = fit.done.trained
     return {
+        # Lightning's epoch count, as before: a last epoch that max_update, max_time or a rule
+        # stopped partway counts as one (one a signal cut short does not)
         "epochs": fit.epochs,
+        "epochs_completed": fit.done.completed,  # epochs trained to their end
+        # a partial last epoch as its fraction of updates: 1 epoch and 37 of 250 updates, 1.148
+        # (null when that epoch's length is unknown)
+        "epochs_trained": trained,
         "updates": fit.updates,
         "skipped_updates": module.skipped_updates,
         "train_seconds": fit.seconds,
-        "seconds_per_epoch": fit.seconds / max(fit.epochs, 1),
+        # over epochs_trained (null before any update, or when it is unknown)
+        "seconds_per_epoch": fit.seconds / trained if trained else None,
         "process_seconds": time.perf_counter() - t_start,
         "stop_reason": fit.reason,
         "interrupted": fit.interrupted,
