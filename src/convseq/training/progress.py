@@ -1,6 +1,12 @@
 """The job log: a progress line every `trainer.log_every_n_steps` updates where no terminal is
 attached, and a line per validation, checkpoint and stop.
 
+A slow run also gets a line when `EVERY_SECONDS` (30 s) have passed since the last line, the
+first within about 30 s of the training's start: at 6 s an update, 50 updates would leave the log
+silent for 5 minutes. Such a line says where the run is (update, elapsed, epoch eta) without the
+per-update figures, which come with the lines of the updates Lightning logs. A fast run's lines
+stay those of `trainer.log_every_n_steps`: the time adds a line only where they are further apart.
+
 A progress bar redraws one line in place, so stdout sent to a file (SLURM, `nohup`, CI) holds
 nothing until the run ends. `ProgressLines` writes instead, on rank 0, through the `logging`
 logger `convseq.progress` (Hydra sends it to stdout and to the run folder's run.log):
@@ -10,9 +16,12 @@ logger `convseq.progress` (Hydra sends it to stdout and to the run folder's run.
     epoch 1 | valid | loss 5.034 | nll 4.725 | ppl 26.45 | best valid/loss 5.034 | lr 0.25
     epoch 1 | update 250 | saved checkpoints/best.ckpt
     stopped: reached trainer.max_epochs=1 | epochs 1 | updates 250 | elapsed 0:01:02
+    stopped: reached max_update=300 updates | epochs 1 and update 50/250 of epoch 2 | updates 300 |
+      elapsed 0:01:14                                                      (one line)
 
 `trainer.progress=json` writes the same records as one JSON object a line, with a `kind`
-(update | valid | checkpoint | stop), nothing else on the line. The per-update figures are the
+(update | valid | checkpoint | stop), nothing else on the line; an update record's `logged` says
+whether it holds the update's figures (false: a line by time). The per-update figures are the
 ones Lightning has just written to csv/metrics.csv (`trainer.logged_metrics` right after it
 logged them, read at the next hook): nothing is computed a second way, and no value is read
 from the device on an update that does not log.
@@ -33,13 +42,16 @@ import pytorch_lightning as pl
 
 from convseq.common.config import TrainerConfig
 from convseq.errors import SettingError
+from convseq.training.interruption import epochs_done, last_epoch_complete, stop_point
 from convseq.training.log_interval import updates_per_epoch
 from convseq.training.progress_format import format_record, json_number, plain_value
 from convseq.training.signals import TrainingInterrupted
 
-__all__ = ["MODES", "ProgressLines", "format_record", "progress_mode"]
+__all__ = ["EVERY_SECONDS", "MODES", "ProgressLines", "format_record", "progress_mode"]
 
 MODES = ("auto", "bar", "lines", "json", "none")
+# a progress line at the first update this many seconds after the last line (or the start)
+EVERY_SECONDS = 30.0
 LOGGER = "convseq.progress"
 # per-update figures of csv/metrics.csv (train/<name>) in the records, in this order
 _UPDATE_FIGURES = ("loss", "nll_loss", "ppl", "lr", "gnorm", "wps", "ups", "wpb", "bsz", "clip")
@@ -130,6 +142,9 @@ class ProgressLines(pl.Callback):
         stop_reason: why training stopped, given the Trainer (the summary's `stop_reason`).
         monitor: the metric that picks best.ckpt, and its mode (min | max), for "best so far".
         patience: the EarlyStopping callback, if any (its patience left goes in valid lines).
+        every_seconds: a line at the first update this long after the last line, besides those
+            every log_every_n_steps updates (0: none by time).
+        clock: the time in seconds (`time.monotonic`; a test's fake clock).
     """
 
     def __init__(
@@ -138,6 +153,8 @@ class ProgressLines(pl.Callback):
         stop_reason: Callable[[pl.Trainer], str] | None = None,
         monitor: tuple[str, str] = ("valid/loss", "min"),
         patience: pl.Callback | None = None,
+        every_seconds: float = EVERY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if fmt not in ("lines", "json"):
             raise ValueError(f"ProgressLines writes lines or json, not {fmt!r}")
@@ -148,8 +165,11 @@ class ProgressLines(pl.Callback):
         self._log: logging.Logger | None = None
         self._pending_update: dict[str, Any] | None = None  # logged, not yet written
         self._pending_valid = False
-        self._t0 = time.monotonic()
+        self.every_seconds = float(every_seconds)
+        self._clock = clock
+        self._t0 = clock()
         self._epoch_t0 = self._t0
+        self._last_line = self._t0  # when the last line was written (or training started)
         # updates of the epoch done before this process trained its first batch of it
         self._epoch_first: int | None = 0
 
@@ -163,6 +183,7 @@ class ProgressLines(pl.Callback):
         else:
             line = format_record(record)
         self._log.info(line)
+        self._last_line = self._clock()
 
     # -- where we are ---------------------------------------------------------------------------
     @staticmethod
@@ -185,7 +206,7 @@ class ProgressLines(pl.Callback):
             listeners.append(self._saved)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._t0 = time.monotonic()
+        self._t0 = self._last_line = self._clock()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # taken at the epoch's first batch: Lightning resets its batch counter after this hook
@@ -194,11 +215,11 @@ class ProgressLines(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not trainer.is_global_zero or trainer.fit_loop._should_accumulate():
             return
-        connector = trainer._logger_connector
+        now = self._clock()
         # Lightning's own test, which it makes right after this hook to log the update
-        if not (connector.should_update_logs or trainer.fast_dev_run):
+        logged = bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
+        if not (logged or self._line_due(trainer, now)):
             return
-        now = time.monotonic()
         # this batch is not yet counted as completed
         done = trainer.fit_loop.epoch_loop.batch_progress.current.completed + 1
         in_epoch = updates_per_epoch(done, trainer.accumulate_grad_batches)
@@ -217,13 +238,21 @@ class ProgressLines(pl.Callback):
             "step": step,
             "elapsed": now - self._t0,
             "epoch_eta": eta,
+            "logged": logged,  # false: a line by time, without the update's figures
         }
+
+    def _line_due(self, trainer: pl.Trainer, now: float) -> bool:
+        """A line by time: `every_seconds` since the last line (per-update lines are on)."""
+        if self.every_seconds <= 0 or trainer.log_every_n_steps <= 0:
+            return False
+        return now - self._last_line >= self.every_seconds
 
     def _flush(self, trainer: pl.Trainer) -> None:
         """Write what Lightning logged since the last hook (an update's figures, a validation)."""
         if self._pending_update is not None:
             record, self._pending_update = self._pending_update, None
-            logged = trainer.logged_metrics
+            # a line by time: what Lightning last logged is an earlier update's
+            logged = trainer.logged_metrics if record["logged"] else {}
             for name in _UPDATE_FIGURES:
                 if f"train/{name}" in logged:
                     record[name] = plain_value(logged[f"train/{name}"])
@@ -262,7 +291,7 @@ class ProgressLines(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._flush(trainer)
         if self._epoch_first is None:  # the first batch this process trains in the epoch
-            self._epoch_t0 = time.monotonic()
+            self._epoch_t0 = self._clock()
             self._epoch_first = self._epoch_update(trainer)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -315,16 +344,30 @@ class ProgressLines(pl.Callback):
             reason = f"{type(exception).__name__}: {exception}"
         else:
             reason = self.stop_reason(trainer) if self.stop_reason else "finished"
-        self.emit(
-            {
-                "kind": "stop",
-                "reason": reason,
-                # epochs completed (Lightning's epoch counter has moved past the last one)
-                "epochs": len(getattr(trainer.lightning_module, "history", [])),
-                "updates": trainer.global_step,
-                "elapsed": time.monotonic() - self._t0,
-            }
-        )
+        record = {
+            "kind": "stop",
+            "reason": reason,
+            **self._epochs(trainer, mid_epoch=exception is not None),
+            "updates": trainer.global_step,
+            "elapsed": self._clock() - self._t0,
+        }
+        self.emit(record)
+
+    @staticmethod
+    def _epochs(trainer: pl.Trainer, mid_epoch: bool) -> dict[str, Any]:
+        """The stop record's epochs: those completed, the updates of a partial last one (its
+        `epoch_update` of `epoch_updates`) and the epochs as a number (`epochs_trained`)."""
+        module = trainer.lightning_module
+        history = list(getattr(module, "history", []))
+        updates = int(getattr(module, "updates", trainer.global_step))
+        at = stop_point(trainer, history, updates, mid_epoch)
+        # after an exception the epoch it came in is not in the history (or it ended)
+        done = epochs_done(at, complete=mid_epoch or last_epoch_complete(trainer))
+        record: dict[str, Any] = {"epochs": done.completed, "epochs_trained": done.trained}
+        if done.partial_updates:
+            record["epoch_update"] = done.partial_updates
+            record["epoch_updates"] = done.epoch_updates
+        return record
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         listeners = getattr(trainer.strategy.checkpoint_io, "saved_listeners", None)

@@ -31,6 +31,15 @@ def _num(x: Any) -> str:
     return f"{x:.4g}"
 
 
+def _epochs(record: Mapping[str, Any]) -> str:
+    """`epochs 2`, or with a partial last epoch `epochs 1 and update 37/250 of epoch 2`."""
+    text = f"epochs {record['epochs']}"
+    if record.get("epoch_update"):
+        of = f"/{record['epoch_updates']}" if record.get("epoch_updates") else ""
+        text += f" and update {record['epoch_update']}{of} of epoch {record['epochs'] + 1}"
+    return text
+
+
 def format_record(record: Mapping[str, Any]) -> str:
     """The text line of a record (see the module docstring)."""
     kind = record["kind"]
@@ -64,7 +73,7 @@ def format_record(record: Mapping[str, Any]) -> str:
         return f"epoch {record['epoch']} | update {record['updates']} | saved {record['path']}"
     if kind == "stop":
         return (
-            f"stopped: {record['reason']} | epochs {record['epochs']} | updates "
+            f"stopped: {record['reason']} | {_epochs(record)} | updates "
             f"{record['updates']} | elapsed {_clock(record['elapsed'])}"
         )
     raise ValueError(f"unknown progress record kind {kind!r}")
