@@ -27,6 +27,7 @@ from convseq.errors import CheckpointError
 from convseq.models.fconv import FConvModel
 
 MODEL_PREFIX = "model."  # the LightningModule's name for the FConvModel in its state dict
+FOLDER_ORDER = (BEST, LAST)  # what ckpt=<run folder> reads: the first of these that is there
 
 
 @dataclass
@@ -40,6 +41,22 @@ class LoadedModel:
     data: dict | None = None  # the plain data config it was trained on; None: not recorded
 
 
+def folder_checkpoint(folder: str | os.PathLike) -> Path:
+    """The file `load_any` reads for a run folder or its checkpoints folder: its best.ckpt,
+    else its last.ckpt (`folder_choice` says which, and why).
+
+    Raises:
+        CheckpointError: the folder holds neither.
+    """
+    found = find_checkpoint(folder, FOLDER_ORDER)
+    if found is None:
+        raise CheckpointError(
+            f"{folder}: a folder without {CHECKPOINT_DIR}/{BEST} or {CHECKPOINT_DIR}/{LAST}; "
+            "pass a checkpoint file or a run folder"
+        )
+    return found
+
+
 def load_any(
     path: str | os.PathLike, dict_dir: str | os.PathLike | None = None, map_location: Any = "cpu"
 ) -> LoadedModel:
@@ -51,13 +68,7 @@ def load_any(
     """
     path = Path(path)
     if path.is_dir():
-        found = find_checkpoint(path, [BEST, LAST])
-        if found is None:
-            raise CheckpointError(
-                f"{path}: a folder without {CHECKPOINT_DIR}/{BEST} or {CHECKPOINT_DIR}/{LAST}; "
-                "pass a checkpoint file or a run folder"
-            )
-        path = found
+        path = folder_checkpoint(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -110,3 +121,75 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> L
         raise CheckpointError(f"{path}: {e}") from e
     model.eval()
     return LoadedModel(model, src_dict, tgt_dict, ckpt.get(TEXT_KEY), training_data(ckpt))
+
+
+# ---------------------------------------------------------------------------- ckpt=<run folder>
+
+
+@dataclass(frozen=True)
+class SavedAt:
+    """Where a training checkpoint was saved, from Lightning's own entries in it."""
+
+    updates: int
+    epoch: int  # 1-based: the epoch it was saved in (mid-epoch) or at the end of
+    mid_epoch: bool
+    monitor: str | None = None  # the best checkpoint's figure and its value, where recorded
+    best: float | None = None
+
+    def when(self) -> str:
+        """``update 6, in the middle of epoch 1`` or ``update 54, at the end of epoch 3``."""
+        where = "in the middle" if self.mid_epoch else "at the end"
+        return f"update {self.updates}, {where} of epoch {self.epoch}"
+
+
+def saved_at(path: str | os.PathLike) -> SavedAt | None:
+    """Where the training checkpoint `path` was saved; None for any other file (read
+    memory-mapped: the weights are not read)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        progress = ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+        at = SavedAt(
+            int(ckpt["global_step"]), int(ckpt["epoch"]) + 1, not progress["is_last_batch"]
+        )
+    except Exception:  # not a training checkpoint, or unreadable: load_any says which
+        return None
+    states = ckpt.get("callbacks")
+    for state in states.values() if isinstance(states, Mapping) else ():
+        # the checkpoint callback writing best.ckpt keeps its figure and best value
+        if isinstance(state, Mapping) and Path(str(state.get("best_model_path"))).name == BEST:
+            score = state.get("best_model_score")
+            if score is not None and state.get("monitor"):
+                return SavedAt(at.updates, at.epoch, at.mid_epoch, state["monitor"], float(score))
+    return at
+
+
+def folder_choice(path: str | os.PathLike) -> str | None:
+    """For ``ckpt=`` a run folder (or its checkpoints folder): the line that says which file
+    `load_any` reads there and why. None for a file (it names itself) or a folder with neither.
+
+    E.g. ``ckpt=outputs/run: using checkpoints/last.ckpt, saved at update 6, in the middle of
+    epoch 1, where the run was interrupted; no best.ckpt: the run had not validated yet``; for
+    best.ckpt, its figure and value, and a later last.ckpt where there is one.
+    """
+    folder = Path(path)
+    found = find_checkpoint(folder, FOLDER_ORDER) if folder.is_dir() else None
+    if found is None:
+        return None
+    head = f"ckpt={path}: using {found.relative_to(folder)}"
+    at = saved_at(found)
+    if at is None:
+        return head
+    if found.name == LAST:
+        if at.mid_epoch:
+            return (
+                f"{head}, saved at {at.when()}, where the run was interrupted; no {BEST}: the "
+                "run had not validated yet"
+            )
+        return f"{head}, saved at {at.when()}; no {BEST}: no validation recorded a best"
+    what = f"the best {at.monitor} ({at.best:.4f}) of the run's validations, " if at.monitor else ""
+    line = f"{head}, {what}saved at {at.when()}"
+    last = found.with_name(LAST)
+    later = saved_at(last) if last.is_file() else None
+    if later is not None and later.updates > at.updates:
+        line += f"; {last.relative_to(folder)} is later ({later.when()}): ckpt={last} uses it"
+    return line

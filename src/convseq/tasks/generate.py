@@ -6,6 +6,10 @@ hypotheses, score BLEU.
     python run.py task=generate ckpt=wmt/checkpoint_best.pt   # a fairseq fconv checkpoint
     python run.py task=generate ckpt=... gen.input=news.de [gen.reference=news.en]
 
+``ckpt=`` a run folder (or its checkpoints folder) reads its best.ckpt, else its last.ckpt, and
+the run prints which file and why (`convseq.inference.loading.folder_choice`): the mid-epoch
+last.ckpt of a run interrupted before its first validation, or best.ckpt and a later last.ckpt.
+
 Files written into ``gen.output`` (default: the run folder), for split ``S`` (or ``gen.input``'s
 file stem):
 
@@ -52,6 +56,8 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from pytorch_lightning.utilities import rank_zero_only
+
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.base_databin import TEXT_SPLITS
 from convseq.data.preprocess import open_databin
@@ -74,6 +80,7 @@ from convseq.inference.jobs import (
     split_reference,
     translate_job,
 )
+from convseq.inference.loading import folder_choice
 from convseq.inference.options import GenConfig
 from convseq.inference.profiler import GenerationProfiler
 from convseq.inference.records import (
@@ -102,6 +109,7 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
         job = input_job(cfg.ckpt, gen, cfg.trainer.accelerator, given)
     else:
         job = split_job(cfg)
+    say_checkpoint_files(cfg.ckpt)
     profiler = GenerationProfiler(job.translator.models) if gen.profile else None
     trainer = predict_trainer(cfg.trainer)
 
@@ -144,6 +152,16 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
     (out_dir / f"generate-{job.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     _report(len(records), result, scores, profiler, profile_png, attention_pngs, hyp_path)
     return result
+
+
+@rank_zero_only
+def say_checkpoint_files(ckpt: str | Sequence[str] | None) -> None:
+    """For each run folder among ``ckpt``: which of its files was read, and why
+    (`convseq.inference.loading.folder_choice`)."""
+    for path in checkpoint_paths(ckpt):
+        line = folder_choice(path)
+        if line is not None:
+            print(f"convseq: {line}", flush=True)
 
 
 def _profile(

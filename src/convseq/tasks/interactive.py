@@ -23,6 +23,7 @@ from convseq.common.parallel_jobs import task_threads
 from convseq.errors import ConvseqError
 from convseq.inference.data_match import check_given_data, split_given
 from convseq.inference.generation import checkpoint_paths, load_translator
+from convseq.inference.loading import folder_choice
 from convseq.inference.translator import Translator
 from convseq.tasks.config import GenerateTaskConfig
 
@@ -105,6 +106,9 @@ def run_interactive(
         translator.to("cuda")
     opts = translator.options
     seg = "sentencepiece" if translator.src_segmenter.model is not None else "whitespace tokens"
+    for path in ckpts:  # a run folder: which of its files, and why
+        if (chosen := folder_choice(path)) is not None:
+            print(f"convseq: {chosen}", file=stderr, flush=True)
     print(
         f"convseq: translating stdin with {', '.join(ckpts)} "
         f"(beam {opts.beam}, lenpen {opts.lenpen}, {seg}); one line in, one line out",
