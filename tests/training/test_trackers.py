@@ -2,15 +2,20 @@
 
 Each tracker's figures are read with its own reader (tracker_readers.py) and must equal
 csv/metrics.csv's at the same steps; a resumed run's series must equal an uninterrupted run's.
+docs/trackers.md's MLflow read-back command runs, as the page gives it, on the MLflow run here.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +28,7 @@ from tests.training.test_resume import SendSignal
 from tests.training_utils import last_checkpoint, summary, tiny_config
 
 EPOCHS = "trainer.max_epochs=3"  # 18 updates an epoch
+TRACKERS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "trackers.md"
 
 
 def _train(cfg, callbacks=None):
@@ -102,6 +108,40 @@ def test_mlflow_file_store_figures_params_and_resume_same_run(tiny_data, tmp_pat
     assert read.mlflow_series(
         mlflow.tracking.MlflowClient(str(cut / "mlruns")), ids[cut]
     ) == read.mlflow_series(mlflow.tracking.MlflowClient(str(straight / "mlruns")), ids[straight])
+    # docs/trackers.md's read-back command, as the page gives it, prints the valid/loss series
+    rows = read_metrics(straight / "csv" / "metrics.csv")
+    expected = [(int(r["step"]), r["valid/loss"]) for r in rows if "valid/loss" in r]
+    assert len(expected) == 3  # one validation an epoch
+    got = _page_read_back(straight)
+    assert [step for step, _ in got] == [step for step, _ in expected]
+    assert [value for _, value in got] == pytest.approx([loss for _, loss in expected], rel=1e-6)
+
+
+def _page_read_back(run: Path) -> list[tuple[int, float]]:
+    """Run docs/trackers.md's MLflow read-back block for `run` in bash, in an environment
+    without MLFLOW_ALLOW_FILE_STORE (this process has it from training: the page's command must
+    set it itself); its output lines, as (step, value)."""
+    text = TRACKERS_PAGE.read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "MlflowClient" in b]
+    assert len(blocks) == 1, "docs/trackers.md: one bash block reads an MLflow run back"
+    command, n = re.subn(r"(?m)^RUN=\S+", lambda _: f"RUN={shlex.quote(str(run))}", blocks[0])
+    assert n == 1, "the block sets RUN=<run folder> on a line of its own"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [(int(step), float(value)) for step, value in map(str.split, done.stdout.splitlines())]
+
+
+def test_the_pages_mlflow_ui_line_sets_the_file_store_variable():
+    """`mlflow ui` on a folder store needs MLFLOW_ALLOW_FILE_STORE too (the full package: the
+    skinny one the extra installs has no UI), so docs/trackers.md's line sets it."""
+    text = TRACKERS_PAGE.read_text(encoding="utf-8")
+    ui = [line for line in text.splitlines() if "mlflow ui --backend-store-uri" in line]
+    assert ui and all(line.startswith("MLFLOW_ALLOW_FILE_STORE=true mlflow ui") for line in ui)
+    assert "pip install mlflow\n" in text  # the package the UI needs, named on the page
 
 
 @pytest.fixture
