@@ -58,8 +58,17 @@ def run_py(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedP
 
 
 @pytest.mark.parametrize("key", ["optim.lrr=0.1", "+optim.lrr=0.1", "++optim.lrr=0.1"])
-def test_a_misspelt_key_fails_with_or_without_plus_and_names_the_right_one(tmp_path, key):
-    proc = run_py([key, "trainer.max_epochs=1"], tmp_path)
+def test_a_misspelt_key_fails_with_or_without_plus_and_names_the_right_one(key, capsys):
+    with pytest.raises(SystemExit) as e:
+        command_line_module.main_guard([key, "trainer.max_epochs=1"], CONF_DIR)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("convseq: error: unknown config key optim.lrr (did you mean optim.lr?)")
+    assert err.count("\n") == 1, err  # one line
+
+
+def test_a_misspelt_key_fails_in_run_py_before_anything_runs(tmp_path):
+    proc = run_py(["+optim.lrr=0.1", "trainer.max_epochs=1"], tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "unknown config key optim.lrr (did you mean optim.lr?)" in proc.stderr
     assert "To append to your config use +" not in proc.stderr  # Hydra's hint leads astray

@@ -2,7 +2,11 @@
 
 - `check_command_line`: a misspelt key among the overrides fails at once, with the closest known
   keys (`optim.lrr`: did you mean `optim.lr`?), before Hydra's own message, whose hint
-  (`To append to your config use +optim.lrr=0.1`) would lead to a key nothing reads.
+  (`To append to your config use +optim.lrr=0.1`) would lead to a key nothing reads; an
+  unknown `task=` names the tasks.
+- `main_guard`: run.py's check before Hydra, these and `convseq.cli.composition` (the config
+  composed as Hydra will: an unknown group option, a value of the wrong type), each mistake
+  one line on stderr and exit status 2.
 - `task_of`: the task the command line names, whose primary config (conf/<task>.yaml) Hydra
   composes.
 - `wants_no_run_folder`: `task=preprocess` writes into the shared cache only, so run.py composes
@@ -14,6 +18,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import logging
 import sys
@@ -21,9 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, ValueType
 from omegaconf import DictConfig
 
+from convseq.cli.composition import (
+    ConfigValueError,
+    check_composition,
+    is_group_override,
+    one_line,
+)
 from convseq.cli.config_check import ConfigKeyError, check_key, schema_tree
 from convseq.cli.schema import config_name, open_node_args
 from convseq.errors import ConvseqError
@@ -43,6 +54,25 @@ __all__ = [
 NO_RUN_FOLDER_TASKS = ("preprocess",)  # tasks that write nothing of their own into a run folder
 # groups only task=train's primary config has (conf/train.yaml): a recipe sets training keys
 TRAINING_ONLY_GROUPS = ("experiment", "hparams_search")
+SCHEMAS = tuple(TASK_CONFIGS.values())
+MULTIRUN_FLAGS = ("-m", "--multirun")
+# Hydra's flags under which it composes another config, or none: its own messages
+OWN_CONFIG_FLAGS = (
+    "-h",
+    "--help",
+    "--hydra-help",
+    "-i",
+    "--info",
+    "-sc",
+    "--shell-completion",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-cd",
+    "--config-dir",
+    "--experimental-rerun",
+)
 
 # (group, option or None for any) -> the Hydra plugin module it needs and how to install it
 PLUGINS = {
@@ -89,17 +119,13 @@ def parse_overrides(args: Sequence[str]) -> list[Override]:
         return []
 
 
-def _is_group(override: Override, conf_dir: Path) -> bool:
-    key = override.key_or_group
-    return "/" in key or (override.package is not None) or (conf_dir / key).is_dir()
-
-
 def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
     """Refuse an override whose key the task's schema does not know (Hydra's own keys
-    excepted).
+    excepted), a group only another task's config has, and an unknown `task=`.
 
     Raises:
-        ConfigKeyError: the key and the closest known ones.
+        ConfigKeyError: the key and the closest known ones, or the tasks whose key it is.
+        ConfigValueError: an unknown task, the tasks and the closest.
     """
     task = task_of(argv)
     tree = schema_tree(TASK_CONFIGS[task])
@@ -113,9 +139,24 @@ def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
                 f"checkpoint's own data without it; `python run.py task={task} --cfg job` prints "
                 f"the keys task={task} reads"
             )
-        if key == "hydra" or key.startswith("hydra.") or _is_group(override, Path(conf_dir)):
+        if key == "task" and not override.is_sweep_override():
+            _check_task(str(override.value()))
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
-        check_key(key, tree, task)
+        if not is_group_override(override, conf_dir):
+            check_key(key, tree, task)
+        elif (top := key.split("/")[0]) not in tree and any(top in schema_tree(s) for s in SCHEMAS):
+            check_key(top, tree, task)  # optim=nag for task=report: a group of other tasks
+
+
+def _check_task(name: str) -> None:
+    if name not in TASK_CONFIGS:
+        close = difflib.get_close_matches(name, list(TASK_CONFIGS), 3, 0.6)
+        hint = f" (did you mean {' or '.join(f'task={c}' for c in close)}?)" if close else ""
+        raise ConfigValueError(
+            f"unknown task={name}{hint}: the tasks are {', '.join(TASK_CONFIGS)} "
+            "(`python run.py --help` says what each does)"
+        )
 
 
 def task_of(argv: Sequence[str]) -> str:
@@ -145,9 +186,9 @@ def compose_without_run_folder(argv: Sequence[str], conf_dir: str | Path) -> Dic
     try:
         with initialize_config_dir(config_dir=str(Path(conf_dir).absolute()), version_base="1.3"):
             cfg = compose(config_name=task_of(argv), overrides=overrides)
-    except Exception as e:  # Hydra's composition errors: one message, as Hydra prints them
-        print(f"convseq: error: {e}", file=sys.stderr)
-        raise SystemExit(1) from e
+    except Exception as e:  # main_guard composed it already: Hydra's message, on one line
+        print(f"convseq: error: {one_line(str(e))}", file=sys.stderr)
+        raise SystemExit(2) from e
     return cfg
 
 
@@ -160,6 +201,8 @@ def check_plugins(argv: Sequence[str]) -> None:
     for override in parse_overrides(override_args(argv)):
         group = override.key_or_group
         if override.is_delete() or override.value() is None:
+            continue
+        if override.value_type == ValueType.INTERVAL_SWEEP:  # a range of numbers, no option
             continue
         if override.is_sweep_override():  # hparams_search=a,b under -m
             options = list(override.sweep_string_iterator())
@@ -175,11 +218,15 @@ def check_plugins(argv: Sequence[str]) -> None:
 
 
 def main_guard(argv: Sequence[str], conf_dir: str | Path) -> None:
-    """run.py's check before Hydra: a bad key or a missing plugin prints one line and exits
-    with status 2."""
+    """run.py's check before Hydra: a bad key, a missing plugin, an unknown group option, a
+    value of the wrong type or any override Hydra would refuse (`convseq.cli.composition`,
+    each value of a sweep under -m) prints one line and exits with status 2."""
     try:
         check_command_line(argv, conf_dir)
         check_plugins(argv)
-    except (ConfigKeyError, MissingPlugin) as e:
+        if not any(a.split("=", 1)[0] in OWN_CONFIG_FLAGS for a in argv):
+            multirun = any(a in MULTIRUN_FLAGS for a in argv)
+            check_composition(override_args(argv), conf_dir, multirun)
+    except (ConfigKeyError, ConfigValueError, MissingPlugin) as e:
         print(f"convseq: error: {e}", file=sys.stderr)
         raise SystemExit(2) from e
