@@ -28,6 +28,7 @@ from convseq.cli.dispatch import dispatch
 from convseq.cli.hydra_callbacks import job_errors
 from convseq.cli.rank_args import rank_args
 from convseq.cli.schema import open_node_args, register_configs
+from convseq.common.run_record import run_record
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
@@ -36,7 +37,10 @@ register_configs()
 
 def main(cfg: DictConfig):
     """Run `cfg.task` on its composed config (see convseq.cli.dispatch)."""
-    with job_errors():  # a failed sweep job leaves its error for the sweep report
+    # the folder's record is this command's once it takes the folder (an existing run's stays as
+    # it was when the command stops before: convseq.common.run_record); a failed job leaves its
+    # error in its folder for the reports
+    with run_record(), job_errors():
         return dispatch(cfg)
 
 

@@ -9,7 +9,8 @@ included, in every extra process: each would start a sweep of its own; under sub
 executor the command line is submitit's job runner, which refuses Hydra's arguments).
 
 `job_errors` (run.py's task function runs inside it) leaves a failed sweep job's one-line error in
-its folder (`error.txt`), which the report shows as the job's status.
+its folder (`error.txt`, `convseq.common.run_record.write_error`), which the report shows as the
+job's status.
 
 This module imports only Hydra: every run instantiates its callbacks, so torch and matplotlib
 are imported only when a report is written.
@@ -29,6 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from convseq.common.config import DeviceConfig
+from convseq.common.run_record import failed, owns_record, write_error
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,6 @@ _RELAUNCHING = ("ddp", "ddp_find_unused_parameters_true", "ddp_find_unused_param
 # Launchers that run jobs as local processes on this machine (one after another, in a pool, or
 # as submitit's local jobs, whose command line is submitit's job runner)
 _LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher", "LocalLauncher")
-# A job's error, for the sweep report (convseq.evaluation.history.ERROR_FILE; not imported:
-# that module loads more than this one may).
-_ERROR_FILE = "error.txt"
-_SIGNALLED = 75  # EX_TEMPFAIL: a run cut short by a signal; its summary.json says so
 
 
 def _devices(value: Any) -> int:
@@ -149,13 +147,14 @@ def job_errors() -> Iterator[None]:
 
     convseq's one-line errors end a job with SystemExit (status 2), which neither Hydra's job
     record nor its `on_job_end` callbacks see; other errors are Exceptions. Either way the sweep
-    report lists the job as `failed: <error>` rather than as possibly still running.
+    report lists the job as `failed: <error>` rather than as possibly still running. A job whose
+    folder already held a run (its record staged: `convseq.common.run_record`) writes nothing
+    there. A single run's error is `run_record`'s.
     """
     try:
         yield
     except (Exception, SystemExit) as e:
-        code = e.code if isinstance(e, SystemExit) else 1
-        if code not in (None, 0, _SIGNALLED):
+        if failed(e):
             _record_error(e)
         raise
 
@@ -166,11 +165,5 @@ def _record_error(e: BaseException) -> None:
 
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return
-    cause = e.__cause__ if isinstance(e, SystemExit) and e.__cause__ is not None else e
-    if isinstance(cause, SystemExit):  # SystemExit("message"): the message is its code
-        message = str(cause.code)
-    else:
-        message = f"{type(cause).__name__}: {cause}"
-    line = (message.strip().splitlines() or ["(no message)"])[0]
-    with contextlib.suppress(OSError):  # the error itself matters more than its record
-        (Path(HydraConfig.get().runtime.output_dir) / _ERROR_FILE).write_text(line + "\n")
+    if owns_record():
+        write_error(HydraConfig.get().runtime.output_dir, e)

@@ -24,7 +24,10 @@ Files in `<output_dir>` (= `paths.output_dir`, Hydra's run folder):
   `bleu_every_n_epochs`), every validation with the command's minutes when it ended, the
   minutes at which valid BLEU first reached each whole number (`minutes_to_valid_bleu`, also
   printed as one line: a run's own time to quality, start-up and data-bin included), and with
-  `profile=true` the mean breakdown of a training epoch.
+  `profile=true` the mean breakdown of a training epoch;
+- `.hydra/` and `run.log`, Hydra's record of the command: in a folder that already holds a run,
+  the command's own only once its checks have passed (`convseq.common.run_record`), and
+  `error.txt` with the one-line error of a run that failed.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from convseq.checkpoints.io import (
 from convseq.common.clock import command_start
 from convseq.common.config import typed
 from convseq.common.parallel_jobs import task_threads
+from convseq.common.run_record import claim_run_folder
 from convseq.data.preprocess import open_databin
 from convseq.errors import CheckpointError
 from convseq.evaluation.history import (
@@ -130,7 +134,8 @@ def _train(
     quiet_third_party()  # Lightning's litlogger tip and its own deprecation warning
     output_dir = Path(cfg.paths.output_dir).absolute()
     resume = _open_run_folder(cfg, output_dir)
-    run = _build_run(cfg, output_dir, resume, callbacks)
+    run, last_step = _build_run(cfg, output_dir, resume, callbacks)
+    _take_run_folder(run, last_step)  # the checks passed: from here on the folder is this run's
     run.module.command_started = started
     fit = run_fit(run)
     test_hypotheses, test_sets = final_test(run, fit)
@@ -156,8 +161,8 @@ def _open_run_folder(cfg: TrainConfig, output_dir: Path) -> Path | None:
 
     A new run refuses a folder that already holds one (`resume=auto` continues it instead; a
     folder without checkpoints/last.ckpt is new to it); rank 0 (the only rank that writes
-    checkpoints) checks that the checkpoint folder is writable and, when resuming, removes the
-    temporary files of a process killed while saving.
+    checkpoints) checks that the checkpoint folder is writable. Nothing of an existing run
+    changes here (`_take_run_folder` comes after every check).
     """
     ckpt_dir = output_dir / CHECKPOINT_DIR
     resume = resolve_resume(cfg.resume, output_dir)
@@ -170,9 +175,21 @@ def _open_run_folder(cfg: TrainConfig, output_dir: Path) -> Path | None:
         )
     if rank_zero_only.rank == 0:  # the only rank that writes checkpoints
         check_writable(ckpt_dir)  # an unwritable folder fails now, not after the first epoch
-        if resume is not None:
-            remove_stale_temps(ckpt_dir)  # left by a process killed while saving
     return resume
+
+
+def _take_run_folder(run: Run, last_step: int) -> None:
+    """The run's checks have passed: its record (Hydra's .hydra/ and run.log, staged beside an
+    existing run's until now: `convseq.common.run_record`) replaces the folder's; on rank 0 a
+    resumed run removes the temporary files of a process killed while saving and the
+    metrics.csv rows logged after its checkpoint."""
+    claim_run_folder()
+    if run.resume is None:
+        return
+    if rank_zero_only.rank == 0:  # the only rank that writes checkpoints
+        remove_stale_temps(run.ckpt_dir)  # left by a process killed while saving
+    if last_step >= 0 and run.trainer.is_global_zero:
+        truncate_metrics(run.output_dir / "csv" / METRICS_FILE, last_step)
 
 
 def _build_run(
@@ -180,10 +197,10 @@ def _build_run(
     output_dir: Path,
     resume: Path | None,
     callbacks: list[pl.Callback] | None,
-) -> Run:
+) -> tuple[Run, int]:
     """Seed, prepare the data-bin, build the module (checked against ``resume``), the data
-    module, convseq's callbacks and the Trainer; a resumed run's metrics.csv loses the rows
-    logged after the checkpoint."""
+    module, convseq's callbacks and the Trainer; with the step of the checkpoint resumed from
+    (-1: none)."""
     ckpt_dir = output_dir / CHECKPOINT_DIR
     threads = task_threads(cfg.trainer)  # each process's share of the CPUs, before anything runs
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -209,9 +226,7 @@ def _build_run(
     trainer = build_trainer(cfg, [*cbs.values(), *(callbacks or [])], output_dir, trackers)
     if rank_zero_only.rank == 0:
         log_header(header_lines(cfg, module, databin.sizes(), threads, output_dir))
-    if resume is not None and last_step >= 0 and trainer.is_global_zero:
-        truncate_metrics(output_dir / "csv" / METRICS_FILE, last_step)
-    return Run(cfg, output_dir, resume, module, dm, cbs, trainer)
+    return Run(cfg, output_dir, resume, module, dm, cbs, trainer), last_step
 
 
 def _in_multirun() -> bool:
