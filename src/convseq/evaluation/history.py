@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from convseq.common.run_record import ERROR_FILE as ERROR_FILE  # read here by the reports
 from convseq.errors import DataError
 
 METRICS_FILE = "metrics.csv"  # under <run>/csv/
 SUMMARY_FILE = "summary.json"  # in <run>/
-# in <run>/ of a sweep job that raised: its one-line error (convseq.cli.hydra_callbacks)
-ERROR_FILE = "error.txt"
+# ERROR_FILE: in <run>/ of a run or sweep job that raised, its one-line error (run_record)
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, float]]:

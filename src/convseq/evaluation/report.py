@@ -14,8 +14,9 @@ sweep folder:
 
 A job is read by `convseq.evaluation.sweep_jobs`. One without `summary.json` (it failed, or is
 still running) is listed from its `csv/metrics.csv` as far as that goes, with its status saying
-so: `failed: <error>` when the job left its error in `error.txt` (a sweep job that raised), else
-`no summary.json (failed or still running)`.
+so: `failed: <error>` when the job left its error in `error.txt` (a sweep job or a run that
+raised in its own folder; also over an earlier run's summary.json, for a `resume=` that
+failed), else `no summary.json (failed or still running)`.
 
 An Optuna search (`convseq.evaluation.search_report`) gets the same files, its rows ordered by
 the objective (best first, with an objective column), a paragraph naming the best trial and its

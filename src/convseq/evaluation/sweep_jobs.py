@@ -2,8 +2,10 @@
 
 A Hydra multirun leaves one folder per job under `hydra.sweep.dir`, each with
 `.hydra/overrides.yaml` and, once train() finished, `summary.json`. A job without one is read from
-its `csv/metrics.csv`, and from `error.txt` when it raised. `convseq.evaluation.report` turns
-the jobs into the sweep report.
+its `csv/metrics.csv`. A job or run that raised in a folder it owns leaves `error.txt`
+(`convseq.common.run_record`), which makes it `failed: <error>`, summary.json or not (that of
+an earlier run a failed `resume=` continued). A single run folder under the folder a report
+reads is listed the same way. `convseq.evaluation.report` turns the jobs into the sweep report.
 """
 
 from __future__ import annotations
@@ -42,8 +44,12 @@ class SweepJob:
 
     @property
     def status(self) -> str:
+        # error.txt is the last owner's (each run that takes a folder deletes the one before):
+        # a failed start, or a continued run that failed after an earlier one's summary.json
+        if self.error is not None:
+            return f"{FAILED}: {self.error}"
         if self.summary is None:
-            return f"{FAILED}: {self.error}" if self.error is not None else NO_SUMMARY
+            return NO_SUMMARY
         # cut by a signal, mid-epoch ("interrupted") or at an epoch's end ("signal" alone)
         cut = self.summary.get("interrupted") or self.summary.get("signal")
         return INTERRUPTED if cut else OK
@@ -98,7 +104,7 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     else:
         history = history_from_metrics(path / "csv" / METRICS_FILE)
     error = None
-    if summary is None and (path / ERROR_FILE).is_file():
+    if (path / ERROR_FILE).is_file():
         lines = (path / ERROR_FILE).read_text(errors="replace").strip().splitlines()
         error = lines[0] if lines else "(no message)"
     return SweepJob(
