@@ -20,6 +20,7 @@ class ResumableOptunaSweeper(Sweeper):
     """Optuna's sweeper (same settings as hydra.sweeper of `hydra/sweeper=optuna`) that:
 
     - runs only the trials the study in `storage` still lacks (`n_trials` counts them all),
+    - records the command's fixed settings in the study, and refuses to continue it with others,
     - numbers the new job folders after the study's trials (folder N is trial N),
     - reseeds its sampler so that a continued search does not replay the first trials,
     - stops the search when a signal cut a trial short (the trial counts as failed).
@@ -34,29 +35,44 @@ class ResumableOptunaSweeper(Sweeper):
             raise SearchError(f"the Optuna sweeper needs its packages: run `{INSTALL}`") from e
         self.settings = settings
         self.impl = OptunaSweeperImpl(**settings)
+        self.config: DictConfig | None = None
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.config = config
         self.impl.launcher = _SignalAwareLauncher(self.impl.launcher)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from convseq.cli.optuna_search import SearchInterrupted, continue_sampler, resume_study
-        from convseq.training.interruption import EX_TEMPFAIL
-
-        state = resume_study(
-            self.settings.get("storage"),
-            self.settings.get("study_name"),
-            self.settings.get("direction"),
-            int(self.settings.get("n_trials", 0)),
+        from convseq.cli.optuna_search import (
+            SearchError,
+            SearchInterrupted,
+            continue_sampler,
+            resume_study,
+            study_settings,
         )
+
+        try:
+            state = resume_study(
+                self.settings.get("storage"),
+                self.settings.get("study_name"),
+                self.settings.get("direction"),
+                int(self.settings.get("n_trials", 0)),
+                settings=study_settings(self.config) if self.config is not None else None,
+            )
+        except SearchError as e:  # one line and exit status 2, as check_search's refusals
+            print(f"convseq: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
         continue_sampler(self.impl.sampler, state.trials)  # no replay of the first trials
         self.impl.n_trials = state.to_run
         self.impl.job_idx = state.trials  # job folder N holds trial N
         try:
             return self.impl.sweep(arguments)
         except SearchInterrupted as e:  # one line and the status of a run cut short, no traceback
+            # imported here: it loads Lightning, which a search with nothing to run never needs
+            from convseq.training.interruption import EX_TEMPFAIL
+
             print(f"convseq: {e}", file=sys.stderr, flush=True)
             raise SystemExit(EX_TEMPFAIL) from None
 
