@@ -24,7 +24,10 @@ def test_dry_run_names_the_machine_the_arms_and_commands_that_compose():
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0].startswith("CPU: ")
-    assert lines[1:3] == ["arm convseq: (nothing set)", "arm libgomp: GOMP_SPINCOUNT=300000"]
+    assert lines[1:3] == [
+        "arm convseq: (nothing set)",
+        f"arm fixed: OMP_NUM_THREADS={bench.CPUS}",  # every CPU, fixed: no following
+    ]
     commands = {line.split(": ", 1)[0]: line.split(": ", 1)[1].split() for line in lines[3:]}
     assert set(commands) == {"train", "generate"}
     train = [a for a in commands["train"][2:] if not a.startswith("hydra.")]
@@ -36,11 +39,10 @@ def test_dry_run_names_the_machine_the_arms_and_commands_that_compose():
 def test_an_arms_runs_get_its_setting_and_nothing_of_this_process(monkeypatch, tmp_path):
     monkeypatch.setenv("GOMP_SPINCOUNT", "77")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("CONVSEQ_OMP_WAIT", "GOMP_SPINCOUNT=77")
     name, arm = bench.parse_arm("passive=OMP_WAIT_POLICY=PASSIVE")
     env = bench.child_env(arm, tmp_path)
     assert name == "passive" and env["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert not {"GOMP_SPINCOUNT", "OMP_NUM_THREADS", "CONVSEQ_OMP_WAIT"} & set(env)
+    assert not {"GOMP_SPINCOUNT", "OMP_NUM_THREADS"} & set(env)
     assert env["CONVSEQ_CACHE"] == str(tmp_path)
     assert bench.parse_arm("convseq=") == ("convseq", {})
 

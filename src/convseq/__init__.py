@@ -9,9 +9,7 @@ The names most programs need, importable from the package itself::
     Translator.from_checkpoints("outputs/run", options=GenConfig(beam=5, nbest=2))
 
 Each is imported on first use (`import convseq` alone loads neither torch nor Lightning), from
-the layer that owns it; docs/overview.md maps the folders. Importing convseq before torch also
-chooses how torch's idle threads wait, so that runs sharing the cores do not take them from
-each other (`convseq.common.omp_wait`).
+the layer that owns it; docs/overview.md maps the folders.
 """
 
 from __future__ import annotations
@@ -19,12 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from convseq.common.omp_wait import wait_choice
-
 __version__ = "0.1.0"
-
-# before torch loads its OpenMP runtime: how its idle threads wait (convseq.common.omp_wait)
-wait_choice()
 
 # public name -> the module that defines it
 _PUBLIC = {

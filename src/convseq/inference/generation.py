@@ -290,7 +290,9 @@ class GenerationModule(pl.LightningModule):
             self.profiler_.batch_end()
 
 
-def predict_trainer(trainer: DeviceConfig, progress: bool = False) -> pl.Trainer:
+def predict_trainer(
+    trainer: DeviceConfig, progress: bool = False, callbacks: Sequence[pl.Callback] = ()
+) -> pl.Trainer:
     """A Trainer for trainer.predict (no logger, no checkpoints) on ``trainer.devices`` devices.
 
     With several devices (``trainer.strategy=ddp``, or ``trainer=ddp``) each rank translates its
@@ -310,6 +312,7 @@ def predict_trainer(trainer: DeviceConfig, progress: bool = False) -> pl.Trainer
         enable_model_summary=False,
         enable_progress_bar=progress,
         use_distributed_sampler=False,  # batch_loader shards the batches itself
+        callbacks=list(callbacks),
     )
 
 

@@ -58,11 +58,13 @@ from typing import Any
 
 from pytorch_lightning.utilities import rank_zero_only
 
+from convseq.common.cpu_share import threads_line
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.base_databin import TEXT_SPLITS
 from convseq.data.preprocess import open_databin
 from convseq.errors import DataError
 from convseq.evaluation.scores import corpus_scores
+from convseq.inference.cpu_share_callback import CpuShareCallback
 from convseq.inference.data_match import check_databin, data_to_translate, split_given
 from convseq.inference.errors import GenerationError
 from convseq.inference.generation import (
@@ -101,7 +103,9 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
     keys alone (``data.dir=...``), the checkpoint's data with them changed
     (`convseq.tasks.config`).
     """
-    task_threads(cfg.trainer)  # this process's share of the CPUs
+    threads = task_threads(cfg.trainer)  # this process's share of the CPUs
+    if rank_zero_only.rank == 0:
+        print(f"convseq: {threads_line(threads.threads, threads.source)}", flush=True)
     gen = cfg.gen
     plot_attention = attention_plot_count(gen)
     if gen.input:
@@ -111,7 +115,9 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
         job = split_job(cfg)
     say_checkpoint_files(cfg.ckpt)
     profiler = GenerationProfiler(job.translator.models) if gen.profile else None
-    trainer = predict_trainer(cfg.trainer)
+    # fewer threads while other work uses these CPUs (convseq.common.cpu_share)
+    share = CpuShareCallback(threads, say=lambda line: print(f"convseq: {line}", flush=True))
+    trainer = predict_trainer(cfg.trainer, callbacks=[share])
 
     if profiler is not None:
         profiler.start()

@@ -11,8 +11,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+from convseq.common.cpu_share import threads_line
 from convseq.common.machine import cpu_model
-from convseq.common.omp_wait import wait_choice
 from convseq.common.tf32 import tf32_state
 from convseq.common.threads import ThreadChoice, affinity
 from convseq.inference.precision import device_type
@@ -65,7 +65,7 @@ def header_lines(
     return [
         f"convseq {_version()}, torch {torch.__version__}, Lightning {pl.__version__}",
         machine,
-        f"threads per process: {threads.threads} ({threads.source}); {wait_choice().text()}",
+        threads_line(threads.threads, threads.source),
         f"precision {tcfg.precision}, {tf32}, {devices}, strategy {tcfg.strategy}",
         f"model {cfg.model.arch}: {params:,} parameters",
         _data_line(data_meta),
