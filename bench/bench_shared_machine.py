@@ -10,8 +10,9 @@ For each arm (an environment) and each part:
 
 - train: `python run.py max_update=100 final_test=false` on the toy corpus, figure: summary.json's
   `train_seconds` (the updates and validations, not the start-up);
-- generate: `python run.py task=generate ckpt=<a toy checkpoint>` (the toy test split, 1,000
-  sentences, beam 5), figure: the translation's seconds (generate's speed line);
+- generate: `python run.py task=generate ckpt=<a toy checkpoint of --ckpt-updates updates>
+  gen.input=<the first --sentences (5,000) sources of the toy corpus>` (beam 5), figure: the
+  translation's seconds (generate's speed line);
 
 one run alone, then two started together. Each repeat alternates the order (alone first, then
 together first) and the arms, and every figure is the median over the repeats. The arms by
@@ -56,7 +57,7 @@ THREAD_VARIABLES = (
 # every CPU of this process, set by hand (a number of the user's is not changed by convseq)
 CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 DEFAULT_ARMS = ("convseq=", f"fixed=OMP_NUM_THREADS={CPUS}")
-SECONDS = re.compile(r"in ([0-9.]+) ?s\b")  # generate's speed line: "... in 4.3 s ..."
+SECONDS = re.compile(r" in ([0-9.]+) ?s\b")  # generate's speed line: "Translated ... in 4.3s (..."
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, str]]:
@@ -92,8 +93,15 @@ def train_command(out: Path, updates: int) -> list[str]:
     ]
 
 
-def generate_command(ckpt: Path, out: Path) -> list[str]:
-    return [sys.executable, RUN_PY, "task=generate", f"ckpt={ckpt}", f"hydra.run.dir={out}"]
+def generate_command(ckpt: Path, source: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        RUN_PY,
+        "task=generate",
+        f"ckpt={ckpt}",
+        f"gen.input={source}",
+        f"hydra.run.dir={out}",
+    ]
 
 
 def run_together(cmds: list[list[str]], env: dict[str, str], logs: list[Path]) -> list[str]:
@@ -115,7 +123,7 @@ def train_seconds(out: Path, _printed: str) -> float:
 
 
 def generate_seconds(_out: Path, printed: str) -> float:
-    lines = [line for line in printed.splitlines() if "sent/s" in line]
+    lines = [line for line in printed.splitlines() if line.startswith("Translated ")]
     found = SECONDS.search(lines[-1]) if lines else None
     if found is None:
         raise SystemExit(f"no speed line in generate's output:\n{printed[-2000:]}")
@@ -143,14 +151,23 @@ def one_round(part: dict[str, Any], env: dict[str, str], work: Path, tag: str) -
     return figures
 
 
-def make_checkpoint(work: Path, env: dict[str, str], updates: int) -> Path:
-    """A toy checkpoint for the generate part (trained once, with the arm-free environment)."""
+def make_checkpoint(
+    work: Path, env: dict[str, str], updates: int, sentences: int
+) -> tuple[Path, Path]:
+    """A toy checkpoint for the generate part (trained once, with the arm-free environment), and
+    the first `sentences` source lines of the toy corpus's training side to translate."""
     out = work / "checkpoint-run"
     run_together([train_command(out, updates)], env, [work / "checkpoint-run.log"])
-    return out / "checkpoints" / "last.ckpt"
+    corpus = next((work / "cache" / "corpora").glob("toy-seed*/train.src"))
+    lines = corpus.read_text(encoding="utf-8").splitlines()[:sentences]
+    source = work / "source.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out / "checkpoints" / "last.ckpt", source
 
 
-def parts(args: argparse.Namespace, work: Path, ckpt: Path | None) -> dict[str, dict[str, Any]]:
+def parts(
+    args: argparse.Namespace, work: Path, ckpt: tuple[Path, Path] | None
+) -> dict[str, dict[str, Any]]:
     chosen = ("train", "generate") if args.part == "both" else (args.part,)
     table = {
         "train": {
@@ -158,7 +175,7 @@ def parts(args: argparse.Namespace, work: Path, ckpt: Path | None) -> dict[str, 
             "seconds": train_seconds,
         },
         "generate": {
-            "command": lambda out: generate_command(ckpt, out),
+            "command": lambda out: generate_command(*ckpt, out),
             "seconds": generate_seconds,
         },
     }
@@ -184,7 +201,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     cache = work / "cache"
     ckpt = None
     if args.part in ("both", "generate"):
-        ckpt = make_checkpoint(work, child_env({}, cache), args.updates)
+        ckpt = make_checkpoint(work, child_env({}, cache), args.ckpt_updates, args.sentences)
     results: dict[str, Any] = {}
     for part_name, part in parts(args, work, ckpt).items():
         rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in arms}
@@ -231,6 +248,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         help="NAME=VAR=VALUE[,...] (repeatable); default: " + " and ".join(DEFAULT_ARMS),
     )
+    p.add_argument(
+        "--ckpt-updates",
+        type=int,
+        default=750,
+        help="updates of the generate part's checkpoint (a model that translates whole sentences)",
+    )
+    p.add_argument(
+        "--sentences", type=int, default=5000, help="sentences each generate run translates"
+    )
     p.add_argument("--json", help="write the figures and the machine here")
     p.add_argument("--work", help="keep the runs in this folder (default: a temporary one)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and arms only")
@@ -246,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
         for name, env in arms.items():
             print(f"arm {name}: {' '.join(f'{k}={v}' for k, v in env.items()) or '(nothing set)'}")
         print(f"train: {' '.join(train_command(work / 'run', args.updates))}")
-        print(f"generate: {' '.join(generate_command(work / 'ckpt.ckpt', work / 'gen'))}")
+        cmd = generate_command(work / "ckpt.ckpt", work / "source.txt", work / "gen")
+        print(f"generate: {' '.join(cmd)}")
         return
     with tempfile.TemporaryDirectory(prefix="convseq-shared-") as tmp:
         work = Path(args.work or tmp)

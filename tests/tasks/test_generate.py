@@ -107,6 +107,8 @@ def test_generate_writes_hypotheses_nbest_and_scores_against_the_raw_references(
         generate_config(tiny_data, out, f"ckpt={tiny_ckpt}", "gen.beam=3", "gen.nbest=2")
     )
     printed = capsys.readouterr().out
+    # its first line: the threads it took and why (convseq.common.cpu_share.threads_line)
+    assert re.match(r"convseq: threads per process: \d+ \(\S", printed)
 
     hyps = (out / "generate-test.txt").read_text(encoding="utf-8").splitlines()
     refs = refs_of(tiny_data)

@@ -30,7 +30,9 @@ import torch
 
 __all__ = ["EVERY_SECONDS", "CpuShare", "busy_ticks", "follows", "free_threads", "threads_line"]
 
-EVERY_SECONDS = 2.0  # how often the watcher looks (a window of that length)
+EVERY_SECONDS = (
+    0.5  # how often the watcher looks (a window of that length: ~100 clock ticks on 2 CPUs)
+)
 STAT = "/proc/stat"
 # /proc/stat's per-CPU fields: user nice system idle iowait irq softirq steal guest guest_nice;
 # busy = user + nice + system + irq + softirq (guest time is inside user; steal, the
@@ -101,7 +103,8 @@ class CpuShare:
     ) -> None:
         self.most, self.cpus, self.every = most, frozenset(cpus), every
         self._read, self._clock, self._own = read, clock, own_cpu
-        self.wanted = most  # what the last look asked for
+        self.wanted = most  # the number asked for
+        self._free = most  # what the last look found free
         self.others = 0.0  # the other work's cores at the last look
         self.applied = most
         self._last = self._sample()
@@ -124,7 +127,12 @@ class CpuShare:
             return self.wanted
         hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.others = max(0.0, ((b1 - b0) / hz - (o1 - o0)) / (t1 - t0))
-        self.wanted = free_threads(self.others, len(self.cpus), self.most)
+        free = free_threads(self.others, len(self.cpus), self.most)
+        # fewer at once; more only when two looks in a row agree (a pause of the other work
+        # between two of its steps is not its end)
+        if free < self.wanted or free == self._free:
+            self.wanted = free
+        self._free = free
         return self.wanted
 
     def start(self) -> CpuShare:
