@@ -91,6 +91,7 @@ def test_a_toy_search_reports_its_trials_best_first_and_continues_without_rerunn
     proc = _search(tiny_data, tmp_path, 3)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"convseq: best trial: {sweep_dir / 'best_trial.yaml'}" in proc.stdout
+    assert "setup plugin" not in proc.stdout + proc.stderr  # alembic's lines, kept quiet
     assert _jobs(sweep_dir) == ["0", "1", "2"]
     summaries = {j: json.loads((sweep_dir / j / "summary.json").read_text()) for j in "012"}
     values = {j: s["best_value"] for j, s in summaries.items()}

@@ -279,6 +279,15 @@ class StudyState:
     to_run: int  # new trials this run starts
 
 
+def _quiet_alembic() -> None:
+    """alembic, under Optuna's SQLite storage, logs "setup plugin ..." at INFO, which Hydra's
+    job logging prints: seven lines that tell a user nothing."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+_quiet_alembic()  # as the sweeper loads this module, before Optuna opens a storage
+
+
 def resume_study(
     storage: Any,
     study_name: str | None,
@@ -333,10 +342,7 @@ def resume_study(
     to_run = max(0, int(n_trials) - done)
     log.info(
         "convseq: study %s holds %d finished trials of %d: %d to run",
-        study_name,
-        done,
-        n_trials,
-        to_run,
+        *(study_name, done, n_trials, to_run),
     )
     return StudyState(trials=len(trials), done=done, stale=len(stale), to_run=to_run)
 

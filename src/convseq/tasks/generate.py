@@ -58,6 +58,7 @@ from typing import Any
 
 from pytorch_lightning.utilities import rank_zero_only
 
+from convseq.common.config import DeviceConfig
 from convseq.common.cpu_share import threads_line
 from convseq.common.parallel_jobs import task_threads
 from convseq.data.base_databin import TEXT_SPLITS
@@ -103,9 +104,7 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
     keys alone (``data.dir=...``), the checkpoint's data with them changed
     (`convseq.tasks.config`).
     """
-    threads = task_threads(cfg.trainer)  # this process's share of the CPUs
-    if rank_zero_only.rank == 0:
-        print(f"convseq: {threads_line(threads.threads, threads.source)}", flush=True)
+    share = cpu_share(cfg.trainer)
     gen = cfg.gen
     plot_attention = attention_plot_count(gen)
     if gen.input:
@@ -115,8 +114,6 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
         job = split_job(cfg)
     say_checkpoint_files(cfg.ckpt)
     profiler = GenerationProfiler(job.translator.models) if gen.profile else None
-    # fewer threads while other work uses these CPUs (convseq.common.cpu_share)
-    share = CpuShareCallback(threads, say=lambda line: print(f"convseq: {line}", flush=True))
     trainer = predict_trainer(cfg.trainer, callbacks=[share])
 
     if profiler is not None:
@@ -161,6 +158,15 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
 
 
 @rank_zero_only
+def cpu_share(trainer_cfg: DeviceConfig) -> CpuShareCallback:
+    """This process's share of the CPUs, set and said (rank 0), and the callback that takes
+    fewer threads while other work uses them (`convseq.common.cpu_share`)."""
+    threads = task_threads(trainer_cfg)
+    if rank_zero_only.rank == 0:
+        print(f"convseq: {threads_line(threads.threads, threads.source)}", flush=True)
+    return CpuShareCallback(threads, say=lambda line: print(f"convseq: {line}", flush=True))
+
+
 def say_checkpoint_files(ckpt: str | Sequence[str] | None) -> None:
     """For each run folder among ``ckpt``: which of its files was read, and why
     (`convseq.inference.loading.folder_choice`)."""
