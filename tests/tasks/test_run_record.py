@@ -95,8 +95,12 @@ def _truncated_checkpoint() -> bytes:
     ("case", "overrides", "said"),
     [
         ("existing run", ["optim=sgd", "trainer.max_epochs=7"], "this folder already holds a run"),
-        ("truncated checkpoint", ["resume=true"], "last.ckpt"),
-        ("refused setting", ["resume=true", *REFUSED_SETTING], "anneal"),
+        # slow: the same staging path as the existing run's refusal above; a failure before the
+        # claim is covered in process (test_a_staged_record_is_deleted_when_the_command_fails_before_its_claim)
+        pytest.param("truncated checkpoint", ["resume=true"], "last.ckpt", marks=pytest.mark.slow),
+        pytest.param(
+            "refused setting", ["resume=true", *REFUSED_SETTING], "anneal", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_refused_command_changes_no_file_of_the_run_in_its_folder(

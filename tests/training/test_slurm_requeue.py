@@ -6,7 +6,7 @@ first on PATH that records its arguments.
   the end of the update, asks for `scontrol requeue <job id>` and exits with 75; Lightning writes
   no `hpc_ckpt_*.ckpt`. The same command again continues and ends with the uninterrupted run's
   weights, bit for bit.
-- SIGTERM (a cancelled job): last.ckpt and 75 as before, and no requeue.
+- SIGTERM (a cancelled job, slow): last.ckpt and 75 as before, and no requeue.
 - A new run in a folder holding Lightning's `hpc_ckpt_*.ckpt` is refused, naming the file.
 - Two tasks (slow): SIGUSR1 to the second one only stops both at the same update, and rank 0
   alone asks for the requeue.
@@ -85,21 +85,13 @@ def test_sigusr1_saves_requeues_and_the_same_command_continues_to_the_straight_w
     # the job script's one command, for the first launch and every requeue
     command = ("resume=auto",)
 
-    # the uninterrupted run, and (at the same time: two cores) the cancelled one
+    # the uninterrupted run, and (at the same time: two cores) the one SIGUSR1 stops
     first = start(tiny_data, straight, *command, env=env)
-    cancelled_dir = tmp_path / "cancelled"
-    cancelled = start(tiny_data, cancelled_dir, *command, env=env)
-    signal_in_epoch_2(cancelled, cancelled_dir, signal.SIGTERM)
-    finish(cancelled, 75)
-    finish(first)
-    assert calls(record) == []  # neither a finished run nor a cancelled one asks for a requeue
-    assert (cancelled_dir / "checkpoints" / "last.ckpt").exists()
-    assert json.loads((cancelled_dir / "summary.json").read_text())["signal"] == "SIGTERM"
-
     proc = start(tiny_data, job, *command, env=env)
     signal_in_epoch_2(proc, job, signal.SIGUSR1)
     printed = finish(proc, 75)  # cut short by a signal: EX_TEMPFAIL, as after SIGTERM
-    assert calls(record) == [f"requeue {JOB_ID}"]
+    finish(first)
+    assert calls(record) == [f"requeue {JOB_ID}"]  # the finished run asked for none
     assert f"asked SLURM to requeue job {JOB_ID}" in printed
     summary = json.loads((job / "summary.json").read_text())
     assert summary["signal"] == "SIGUSR1" and summary["interrupted"]
@@ -114,6 +106,21 @@ def test_sigusr1_saves_requeues_and_the_same_command_continues_to_the_straight_w
     assert done["resumed_from"] == str(job / "checkpoints" / "last.ckpt")
     assert done["signal"] is None and done["epochs"] == 2
     assert_same_weights(straight, job)
+
+
+# slow: a signal's exit 75 and last.ckpt under SLURM are the SIGUSR1 test's above, SIGTERM mid-epoch
+# tests/training/test_ddp_resume.py's; which signal asks for a requeue: test_the_job_to_requeue_...
+@pytest.mark.slow
+def test_a_cancelled_job_saves_and_exits_75_without_a_requeue(tiny_data, tmp_path):
+    record = scontrol_stand_in(tmp_path / "bin")
+    env = job_env(tiny_data, tmp_path / "bin")
+    cancelled_dir = tmp_path / "cancelled"
+    cancelled = start(tiny_data, cancelled_dir, "resume=auto", env=env)
+    signal_in_epoch_2(cancelled, cancelled_dir, signal.SIGTERM)
+    finish(cancelled, 75)
+    assert calls(record) == []  # a cancelled job asks for no requeue
+    assert (cancelled_dir / "checkpoints" / "last.ckpt").exists()
+    assert json.loads((cancelled_dir / "summary.json").read_text())["signal"] == "SIGTERM"
 
 
 def test_a_new_run_in_a_folder_with_lightnings_hpc_checkpoint_is_refused(
