@@ -157,7 +157,6 @@ def run_generate(cfg: GenerateTaskConfig) -> dict[str, Any]:
     return result
 
 
-@rank_zero_only
 def cpu_share(trainer_cfg: DeviceConfig) -> CpuShareCallback:
     """This process's share of the CPUs, set and said (rank 0), and the callback that takes
     fewer threads while other work uses them (`convseq.common.cpu_share`)."""
@@ -167,6 +166,7 @@ def cpu_share(trainer_cfg: DeviceConfig) -> CpuShareCallback:
     return CpuShareCallback(threads, say=lambda line: print(f"convseq: {line}", flush=True))
 
 
+@rank_zero_only
 def say_checkpoint_files(ckpt: str | Sequence[str] | None) -> None:
     """For each run folder among ``ckpt``: which of its files was read, and why
     (`convseq.inference.loading.folder_choice`)."""
