@@ -52,6 +52,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def train_one_thread(cfg: TrainConfig, callbacks: list | None = None) -> Any:
+    """`train(cfg)` on one intra-op thread (the number before is set again after)."""
+    from convseq.tasks.train import train
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train(cfg, callbacks=callbacks)
+    finally:
+        torch.set_num_threads(before)
+
+
 def tiny_corpus(tiny: dict[str, Path]) -> list[str]:
     """The overrides that read the tiny corpus (not the generated toy one) with its cache."""
     return ["data.generator=null", f"data.dir={tiny['corpus']}", f"paths.cache_dir={tiny['cache']}"]

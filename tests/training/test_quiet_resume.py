@@ -8,24 +8,12 @@ from __future__ import annotations
 import signal
 import warnings
 
-import torch
-
-from convseq.tasks.train import train
 from convseq.training.build import hide_checkpoint_dir_warning
 from tests.training.test_resume import SendSignal
-from tests.training_utils import last_checkpoint, summary, tiny_config
+from tests.training_utils import last_checkpoint, summary, tiny_config, train_one_thread
 
 LINE = "exists and is not empty"
 ONE_EPOCH = ("trainer.max_epochs=1", "final_test=false")  # 18 updates
-
-
-def _train(cfg, callbacks=None):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return train(cfg, callbacks=callbacks)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _shown(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -34,14 +22,14 @@ def _shown(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def test_a_resumed_run_shows_no_checkpoint_directory_line(tiny_data, tmp_path, capfd):
     run = tmp_path / "run"
-    _train(tiny_config(tiny_data, run, *ONE_EPOCH), [SendSignal(signal.SIGTERM, 3)])
+    train_one_thread(tiny_config(tiny_data, run, *ONE_EPOCH), [SendSignal(signal.SIGTERM, 3)])
     assert summary(run)["signal"] == "SIGTERM"
     saved = last_checkpoint(run)["global_step"]
     assert 0 < saved < 18  # a mid-epoch last.ckpt: the folder the resumed run writes into
     capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # every warning, as a fresh process shows it once
-        _train(tiny_config(tiny_data, run, *ONE_EPOCH, "resume=true"))
+        train_one_thread(tiny_config(tiny_data, run, *ONE_EPOCH, "resume=true"))
     out, err = capfd.readouterr()
     assert summary(run)["updates"] == 18 and summary(run)["signal"] is None  # it did resume
     assert not [m for m in _shown(caught) if LINE in m], _shown(caught)

@@ -18,9 +18,8 @@ import pytorch_lightning as pl
 import torch
 
 from convseq.evaluation.history import read_metrics
-from convseq.tasks.train import train
 from convseq.training.run_log import truncate_metrics
-from tests.training_utils import last_checkpoint, summary, tiny_config
+from tests.training_utils import last_checkpoint, summary, tiny_config, train_one_thread
 
 BOUNDARY = {
     "force3": ["anneal=force", "anneal.force_anneal=3"],
@@ -40,20 +39,13 @@ def straight(tiny_data, tmp_path_factory):
     def get(*overrides: str):
         if overrides not in made:
             out = tmp_path_factory.mktemp("straight")
-            _train(tiny_config(tiny_data, out, *COMMON, *overrides, "trainer.max_epochs=4"))
+            train_one_thread(
+                tiny_config(tiny_data, out, *COMMON, *overrides, "trainer.max_epochs=4")
+            )
             made[overrides] = out
         return made[overrides]
 
     return get
-
-
-def _train(cfg, callbacks=None):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return train(cfg, callbacks=callbacks)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _deterministic(record: dict) -> dict:
@@ -97,10 +89,12 @@ def test_two_epochs_then_resume_equals_four_straight(tiny_data, straight, tmp_pa
     assert [h["train_epoch/lr"] for h in summary(a)["history"]] == pytest.approx(EXPECTED_LR)
 
     b = tmp_path / "run"
-    _train(tiny_config(tiny_data, b, *COMMON, *BOUNDARY[boundary], "trainer.max_epochs=2"))
+    train_one_thread(
+        tiny_config(tiny_data, b, *COMMON, *BOUNDARY[boundary], "trainer.max_epochs=2")
+    )
     first = summary(b)
     assert first["epochs"] == 2 and first["stop_reason"] == "reached trainer.max_epochs=2"
-    _train(
+    train_one_thread(
         tiny_config(
             tiny_data, b, *COMMON, *BOUNDARY[boundary], "trainer.max_epochs=4", "resume=true"
         )
@@ -135,7 +129,7 @@ def test_a_signal_mid_epoch_saves_at_the_next_update_and_resumes_there(
     a = straight(*setting)
     b = tmp_path / "run"
     handler_before = signal.getsignal(sig)
-    _train(
+    train_one_thread(
         tiny_config(tiny_data, b, *COMMON, *setting, "trainer.max_epochs=4"), [SendSignal(sig, at)]
     )
 
@@ -149,7 +143,9 @@ def test_a_signal_mid_epoch_saves_at_the_next_update_and_resumes_there(
     assert position["epoch"] == 1 and position["offset"] == (saved_at - per_epoch) * accumulate
     assert first["epochs"] == 1 and len(first["history"]) == 1
 
-    _train(tiny_config(tiny_data, b, *COMMON, *setting, "trainer.max_epochs=4", "resume=true"))
+    train_one_thread(
+        tiny_config(tiny_data, b, *COMMON, *setting, "trainer.max_epochs=4", "resume=true")
+    )
     assert_same_run(a, b)
 
 
@@ -157,13 +153,13 @@ def test_a_signal_in_an_epochs_last_update_lets_the_epoch_finish(tiny_data, stra
     a = straight(*BOUNDARY["plateau2"])
     b = tmp_path / "run"
     cfg = tiny_config(tiny_data, b, *COMMON, *BOUNDARY["plateau2"], "trainer.max_epochs=4")
-    _train(cfg, [SendSignal(signal.SIGTERM, 35)])  # seen at update 36, the end of epoch 2
+    train_one_thread(cfg, [SendSignal(signal.SIGTERM, 35)])  # seen at update 36, the end of epoch 2
 
     first = summary(b)
     assert not first["interrupted"] and first["stop_reason"] == "SIGTERM during epoch 2"
     assert first["epochs"] == 2 and "valid/loss" in first["history"][-1]
     assert last_checkpoint(b)["global_step"] == 36
-    _train(
+    train_one_thread(
         tiny_config(
             tiny_data, b, *COMMON, *BOUNDARY["plateau2"], "trainer.max_epochs=4", "resume=true"
         )

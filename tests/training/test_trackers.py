@@ -18,35 +18,26 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from convseq.evaluation.history import read_metrics
-from convseq.tasks.train import train
 from convseq.training.trackers import TrackerError, build_loggers, config_callbacks
 from tests.training import tracker_readers as read
 from tests.training.test_resume import SendSignal
-from tests.training_utils import last_checkpoint, summary, tiny_config
+from tests.training_utils import last_checkpoint, summary, tiny_config, train_one_thread
 
 EPOCHS = "trainer.max_epochs=3"  # 18 updates an epoch
 TRACKERS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "trackers.md"
 
 
-def _train(cfg, callbacks=None):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return train(cfg, callbacks=callbacks)
-    finally:
-        torch.set_num_threads(before)
-
-
 def _straight_and_cut(tiny_data, tmp_path, *overrides: str):
     """An uninterrupted 3-epoch run, and one cut by SIGTERM at update 25 then resumed."""
     straight, cut = tmp_path / "straight", tmp_path / "cut"
-    _train(tiny_config(tiny_data, straight, EPOCHS, *overrides))
-    _train(tiny_config(tiny_data, cut, EPOCHS, *overrides), [SendSignal(signal.SIGTERM, 25)])
+    train_one_thread(tiny_config(tiny_data, straight, EPOCHS, *overrides))
+    train_one_thread(
+        tiny_config(tiny_data, cut, EPOCHS, *overrides), [SendSignal(signal.SIGTERM, 25)]
+    )
     assert summary(cut)["signal"] == "SIGTERM"
-    _train(tiny_config(tiny_data, cut, EPOCHS, "resume=true", *overrides))
+    train_one_thread(tiny_config(tiny_data, cut, EPOCHS, "resume=true", *overrides))
     assert summary(cut)["epochs"] == 3
     return straight, cut
 
@@ -70,7 +61,7 @@ def test_tensorboard_figures_hparams_and_resume_without_duplicates(tiny_data, tm
     pytest.importorskip("tensorboard")
     straight, again = tmp_path / "straight", tmp_path / "again"
     tb = ("logger=tensorboard", "checkpoint.keep_epochs=-1")
-    _train(tiny_config(tiny_data, straight, EPOCHS, *tb))
+    train_one_thread(tiny_config(tiny_data, straight, EPOCHS, *tb))
     series = read.tensorboard_series(straight)
     csv = read.csv_series(straight)
     # every figure of metrics.csv at its step, once; and the test scores besides
@@ -83,9 +74,9 @@ def test_tensorboard_figures_hparams_and_resume_without_duplicates(tiny_data, tm
 
     # a process that logged a whole epoch after epoch002.ckpt (then died): resumed from that
     # checkpoint, TensorBoard's reader drops the epoch logged twice
-    _train(tiny_config(tiny_data, again, EPOCHS, *tb))
+    train_one_thread(tiny_config(tiny_data, again, EPOCHS, *tb))
     ckpt = again / "checkpoints" / "epoch002.ckpt"
-    _train(tiny_config(tiny_data, again, EPOCHS, *tb, f"resume={ckpt}"))
+    train_one_thread(tiny_config(tiny_data, again, EPOCHS, *tb, f"resume={ckpt}"))
     assert read.tensorboard_series(again) == series
 
 
@@ -178,7 +169,7 @@ def test_many_writes_csv_tensorboard_and_mlflow(tiny_data, tmp_path):
     pytest.importorskip("tensorboard")
     pytest.importorskip("mlflow")
     run = tmp_path / "run"
-    _train(tiny_config(tiny_data, run, "trainer.max_epochs=1", "logger=many"))
+    train_one_thread(tiny_config(tiny_data, run, "trainer.max_epochs=1", "logger=many"))
     csv = read.csv_series(run)
     assert (run / "mlruns").is_dir() and csv
     assert read.tensorboard_series(run) - csv == _test_scores(read.tensorboard_series(run))
@@ -190,7 +181,7 @@ def test_a_missing_tracker_package_fails_at_once_with_the_install_line(
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if it were not installed
     run = tmp_path / "run"
     with pytest.raises(TrackerError) as e:
-        _train(tiny_config(tiny_data, run, "logger=mlflow"))
+        train_one_thread(tiny_config(tiny_data, run, "logger=mlflow"))
     assert "logger: MLFlowLogger needs the 'mlflow' package" in str(e.value)
     assert 'pip install -e ".[loggers]"' in str(e.value)
     assert not (run / "checkpoints" / "last.ckpt").exists()
@@ -217,7 +208,7 @@ def test_bad_entries_are_named_by_key(tiny_data, tmp_path):
 
 def test_an_extra_callback_from_config_logs_the_lr(tiny_data, tmp_path):
     run = tmp_path / "run"
-    _train(tiny_config(tiny_data, run, "trainer.max_epochs=2", "callbacks=lr_monitor"))
+    train_one_thread(tiny_config(tiny_data, run, "trainer.max_epochs=2", "callbacks=lr_monitor"))
     rows = read_metrics(run / "csv" / "metrics.csv")
     monitored = {int(r["step"]): r["lr-NAG"] for r in rows if "lr-NAG" in r}
     logged = {int(r["step"]): r["train/lr"] for r in rows if "train/lr" in r}
@@ -227,6 +218,6 @@ def test_an_extra_callback_from_config_logs_the_lr(tiny_data, tmp_path):
 
 def test_no_tracker_folder_with_the_default_logger(tiny_data, tmp_path):
     run = tmp_path / "run"
-    _train(tiny_config(tiny_data, run, "trainer.max_epochs=1"))
+    train_one_thread(tiny_config(tiny_data, run, "trainer.max_epochs=1"))
     assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["checkpoints", "csv"]
     assert os.path.isfile(run / "csv" / "metrics.csv")
