@@ -300,3 +300,20 @@ def test_time_to_valid_bleu_columns_show_the_three_highest_numbers_reached(tmp_p
     csv_rows = _csv_rows(files["csv"])
     assert json.loads(csv_rows[1]["minutes_to_valid_bleu"])["30"] == 7.25
     assert json.loads(csv_rows[1]["minutes_to_valid_bleu"])["39"] == 14.5
+
+
+def test_a_partial_last_epoch_shows_as_a_fraction_of_epochs():
+    from pathlib import Path
+
+    from convseq.evaluation.report import job_row
+    from convseq.evaluation.sweep_jobs import SweepJob
+
+    def epochs(summary: dict) -> float:
+        base = {"train_seconds": 10.0, "seconds_per_epoch": 5.0, "updates": 25, "stop_reason": "x"}
+        return job_row(SweepJob("0", Path("0"), [], {**base, **summary}), [])["epochs"]
+
+    # 1 epoch and 7 of 18 updates of epoch 2: summary.json's epochs says 2, epochs_trained 25/18
+    assert epochs({"epochs": 2, "epochs_trained": 25 / 18}) == 1.39
+    whole = epochs({"epochs": 2, "epochs_trained": 2.0})
+    assert whole == 2 and isinstance(whole, int)
+    assert epochs({"epochs": 3}) == 3  # a summary from before epochs_trained

@@ -76,6 +76,15 @@ def _bleu_key(record: dict[str, Any], prefix: str) -> str | None:
     return None
 
 
+def _epochs_run(summary: dict[str, Any]) -> float | int:
+    """Epochs a run trained: a partial last epoch as a fraction (summary.json's epochs_trained,
+    e.g. 1.39), whole epochs as a whole number; older summaries: their `epochs`."""
+    trained = summary.get("epochs_trained")
+    if isinstance(trained, (int, float)) and not float(trained).is_integer():
+        return round(float(trained), 2)
+    return int(trained if isinstance(trained, (int, float)) else summary.get("epochs") or 0)
+
+
 def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, Any]:
     """The report's row of one job (numbers as floats, NaN where unknown)."""
     s = job.summary or {}
@@ -84,7 +93,7 @@ def job_row(job: SweepJob, varying: list[str], test: bool = False) -> dict[str, 
     bleu_key = next((k for k in (_bleu_key(e, "valid") for e in h) if k), None)
     best_bleu, bleu_epoch = best_of(h, bleu_key, maximize=True) if bleu_key else (math.nan, None)
     if job.summary is not None:
-        epochs = int(s.get("epochs") or 0)
+        epochs = _epochs_run(s)
         wall = as_float(s.get("train_seconds"))
         per_epoch = as_float(s.get("seconds_per_epoch"))
         updates = int(s["updates"]) if isinstance(s.get("updates"), (int, float)) else math.nan
