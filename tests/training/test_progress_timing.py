@@ -183,3 +183,16 @@ def test_the_stop_line_counts_a_partial_epoch_as_such(written, trainer_args, sto
     stop = json.loads(written["json"][-1])
     assert stop["kind"] == "stop" and stop["epochs_trained"] == pytest.approx(trained)
     assert stop["epochs"] == int(trained)  # the epochs completed
+
+
+def test_the_interval_by_time_is_the_trainers_progress_seconds(tiny_data, tmp_path):
+    from convseq.training.build import build_callbacks
+    from tests.training_utils import tiny_config
+
+    def every(*overrides: str) -> float:
+        cfg = tiny_config(tiny_data, tmp_path / "run", "trainer.progress=lines", *overrides)
+        return build_callbacks(cfg, tmp_path / "run" / "checkpoints")["progress"].every_seconds
+
+    assert every() == 30.0  # the schema's default
+    assert every("trainer.progress_seconds=5") == 5.0
+    assert every("trainer.progress_seconds=0") == 0.0  # lines by update count only

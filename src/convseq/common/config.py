@@ -77,6 +77,9 @@ class TrainerConfig(DeviceConfig):
     # convseq's own (not a Trainer argument): how progress shows, auto | bar | lines | json |
     # none (auto: the bar on a terminal, a line every log_every_n_steps updates otherwise)
     progress: str = "auto"
+    # convseq's own: the job log (progress lines|json) also writes a line this many seconds after
+    # its last one, for slow updates; 0: lines by update count only
+    progress_seconds: float = 30.0
 
 
 def typed(

@@ -44,7 +44,14 @@ from convseq.training.strategy import strategy_argument
 from convseq.training.trackers import TrackerRunIds, build_loggers, config_callbacks
 
 # TrainerConfig keys that are convseq's, or that build_trainer passes its own way
-_NOT_TRAINER_ARGUMENTS = ("progress", "threads", "tf32", "max_epochs", "precision")
+_NOT_TRAINER_ARGUMENTS = (
+    "progress",
+    "progress_seconds",
+    "threads",
+    "tf32",
+    "max_epochs",
+    "precision",
+)
 
 __all__ = [
     "build_callbacks",
@@ -124,6 +131,7 @@ def build_callbacks(
             stop_reason=lambda trainer: stop_reason(trainer, cbs, max_epochs),
             monitor=(monitor, mode),
             patience=cbs.get("patience"),
+            every_seconds=cfg.trainer.progress_seconds,
         )
     # the trackers' config and run ids (kept in the checkpoint for a resumed run)
     cbs["trackers"] = TrackerRunIds(cfg, ckpt_dir.parent, resumed=resume is not None)

@@ -1,7 +1,7 @@
 """The job log: a progress line every `trainer.log_every_n_steps` updates where no terminal is
 attached, and a line per validation, checkpoint and stop.
 
-A slow run also gets a line when `EVERY_SECONDS` (30 s) have passed since the last line, the
+A slow run also gets a line when `trainer.progress_seconds` (30 s) have passed since the last line, the
 first within about 30 s of the training's start: at 6 s an update, 50 updates would leave the log
 silent for 5 minutes. Such a line says where the run is (update, elapsed, epoch eta) without the
 per-update figures, which come with the lines of the updates Lightning logs. A fast run's lines
@@ -50,8 +50,9 @@ from convseq.training.signals import TrainingInterrupted
 __all__ = ["EVERY_SECONDS", "MODES", "ProgressLines", "format_record", "progress_mode"]
 
 MODES = ("auto", "bar", "lines", "json", "none")
-# a progress line at the first update this many seconds after the last line (or the start)
-EVERY_SECONDS = 30.0
+# a progress line at the first update this many seconds after the last line (or the start):
+# trainer.progress_seconds's default (its one home is the schema)
+EVERY_SECONDS = TrainerConfig.progress_seconds
 LOGGER = "convseq.progress"
 # per-update figures of csv/metrics.csv (train/<name>) in the records, in this order
 _UPDATE_FIGURES = ("loss", "nll_loss", "ppl", "lr", "gnorm", "wps", "ups", "wpb", "bsz", "clip")
