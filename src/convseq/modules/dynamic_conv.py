@@ -1,0 +1,263 @@
+"""Dynamic convolution (Wu et al. 2019, "Pay Less Attention"): a depthwise convolution whose
+kernel every position predicts from its own input (fairseq 0.12's DynamicConv1dTBC, plain PyTorch).
+
+Channels split into ``num_heads`` heads of ``R = C / H`` channels; at position ``t`` a linear layer
+maps the input (or a separate query) to one kernel of ``K`` taps per head, optionally softmax
+-normalised over its taps, and output ``t`` of head ``h`` is ``sum_k w[t, h, k] * x[t - padding_l + k]``
+over that head's channels, zeros standing for positions outside the sequence. Two forms compute
+the same thing: unfold (windows of the padded input, one small product per position) and band
+(each row's kernels laid into a (T, T) band matrix, one product per row and head).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from convseq.modules.linearized_conv import IncrementalState
+
+# fairseq's own threshold: beyond it the full forward unfolds
+BAND_MAX_LENGTH = 512
+
+
+def default_unfold(length: int) -> bool:
+    """Whether a full-sequence forward over ``length`` positions takes the unfold form.
+
+    Why: fairseq's rule, so that a default run computes what fairseq computes. The band form does
+    one batched (T, T) @ (T, R) product per row and head, fast for sentence-length inputs, but its
+    band matrix holds B * H * T**2 numbers; the unfold form holds B * C * T * K and wins on memory
+    for long inputs. (A choice by measured speed is to replace this rule.)
+    """
+    return length > BAND_MAX_LENGTH
+
+
+# Helpers the lightweight convolution needs as well (to be merged into one home with it).
+
+
+def padded_windows(x: torch.Tensor, kernel_size: int, padding_l: int) -> torch.Tensor:
+    """(T, B, C) -> (T, B, C, K): window t holds inputs t - padding_l + k, zeros outside 0..T-1."""
+    right = kernel_size - 1 - padding_l
+    padded = F.pad(x, (0, 0, 0, 0, padding_l, right))  # (T + K - 1, B, C)
+    return padded.unfold(0, kernel_size, 1)  # (T, B, C, K), a view of `padded`
+
+
+def band_matrix(weights: torch.Tensor, padding_l: int) -> torch.Tensor:
+    """(N, T, K) kernels -> (N, T, T): row t holds w[t, k] at column t - padding_l + k.
+
+    No in-place write: each row is padded with T zeros to width K + T, and reading the flat rows
+    with width K + T - 1 instead shifts row t right by t columns (w[t, k] lands at column t + k).
+    """
+    n, length, k = weights.shape
+    wide = F.pad(weights, (0, length))  # (N, T, K + T)
+    flat = wide.reshape(n, length * (length + k))[:, : length * (length + k - 1)]
+    band = flat.view(n, length, length + k - 1)  # (N, T, T + K - 1), w[t, k] at column t + k
+    return band[:, :, padding_l : padding_l + length]  # (N, T, T)
+
+
+def valid_taps(
+    first: int, count: int, kernel_size: int, padding_l: int, length: int, device: torch.device
+) -> torch.Tensor:
+    """(count, K) bool: whether tap k of output position first + i reads inside 0..length-1."""
+    positions = torch.arange(first, first + count, device=device).unsqueeze(1)  # (count, 1)
+    taps = torch.arange(kernel_size, device=device).unsqueeze(0)  # (1, K)
+    read = positions - padding_l + taps  # (count, K): the input position each tap reads
+    return (read >= 0) & (read < length)
+
+
+class DynamicConv1dTBC(nn.Module):
+    """Dynamic convolution over (T, B, C) inputs, parameters as fairseq's DynamicConv1dTBC.
+
+    Args:
+        input_size: channels C (input and output).
+        kernel_size: taps K.
+        padding_l: taps left of the current position: K - 1 is causal (a decoder; None means
+            that), (K - 1) // 2 centred (an encoder).
+        num_heads: heads H (C must divide by H); the kernel of each head is shared by its channels.
+        weight_dropout: DropConnect on the (normalised) kernels, in training only.
+        weight_softmax: softmax each kernel over its taps.
+        renorm_padding: with weight_softmax, the softmax covers only the taps inside the sequence.
+        bias: a bias in the kernel-predicting linear layer (always one with in_proj, as fairseq).
+        conv_bias: a bias (C,) added to the output.
+        query_size: channels of a separate query that predicts the kernels (default C).
+        in_proj: one linear layer C -> C + H * K gives both the convolved input and the kernels.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        kernel_size: int = 1,
+        padding_l: int | None = None,
+        num_heads: int = 1,
+        weight_dropout: float = 0.0,
+        weight_softmax: bool = False,
+        renorm_padding: bool = False,
+        bias: bool = False,
+        conv_bias: bool = False,
+        query_size: int | None = None,
+        in_proj: bool = False,
+    ):
+        super().__init__()
+        padding_l = kernel_size - 1 if padding_l is None else padding_l
+        if input_size % num_heads:
+            raise ValueError(f"input_size {input_size} does not divide into {num_heads} heads")
+        if not 0 <= padding_l < kernel_size:
+            raise ValueError(f"padding_l must lie in 0..{kernel_size - 1}, got {padding_l}")
+        self.input_size = input_size
+        self.query_size = input_size if query_size is None else query_size
+        self.kernel_size = kernel_size
+        self.padding_l = padding_l
+        self.num_heads = num_heads
+        self.weight_dropout = weight_dropout
+        self.weight_softmax = weight_softmax
+        self.renorm_padding = renorm_padding
+        kernels = num_heads * kernel_size
+        if in_proj:
+            self.weight_linear = nn.Linear(input_size, input_size + kernels)
+        else:
+            self.weight_linear = nn.Linear(self.query_size, kernels, bias=bias)
+        # fairseq's Linear helper: xavier weight, zero bias (its draw is kept so that one seed
+        # gives fairseq's values), which reset_parameters then overrides
+        nn.init.xavier_uniform_(self.weight_linear.weight)
+        if self.weight_linear.bias is not None:
+            nn.init.zeros_(self.weight_linear.bias)
+        self.conv_bias = nn.Parameter(torch.empty(input_size)) if conv_bias else None
+        # names this module's entry in an incremental_state shared by the whole decoder
+        self._state_key = f"{uuid.uuid4().hex}.input_buffer"
+        self.reset_parameters()
+
+    @property
+    def in_proj(self) -> bool:
+        return (
+            self.weight_linear.out_features == self.input_size + self.num_heads * self.kernel_size
+        )
+
+    def reset_parameters(self) -> None:
+        """As fairseq: PyTorch's default Linear init (it replaces the xavier one), zero conv_bias."""
+        self.weight_linear.reset_parameters()
+        if self.conv_bias is not None:
+            nn.init.zeros_(self.conv_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        incremental_state: IncrementalState | None = None,
+        query: torch.Tensor | None = None,
+        unfold: bool | None = None,
+    ) -> torch.Tensor:
+        """(T, B, C) -> (T, B, C).
+
+        Args:
+            x: the input; in incremental mode the T newest positions (one step or several).
+            incremental_state: the caller's decoding cache (the last K - 1 inputs); needs a
+                causal padding_l (K - 1).
+            query: (T, B, query_size) predicting the kernels instead of x (not with in_proj).
+            unfold: the unfold form (True) or the band form (False); None: `default_unfold`.
+        """
+        if query is not None and self.in_proj:
+            raise ValueError("a separate query cannot be used with in_proj")
+        x, logits = self._project(x, query)  # (T, B, C), (T, B, H, K)
+        if incremental_state is not None:
+            output = self._forward_incremental(x, logits, incremental_state)
+        elif default_unfold(x.size(0)) if unfold is None else unfold:
+            output = self._forward_unfolded(x, logits)
+        else:
+            output = self._forward_band(x, logits)
+        if self.conv_bias is not None:
+            output = output + self.conv_bias  # (T, B, C)
+        return output
+
+    def _project(
+        self, x: torch.Tensor, query: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The convolved input (T, B, C) and the kernel logits (T, B, H, K)."""
+        length, rows, channels = x.shape
+        if self.in_proj:
+            proj = self.weight_linear(x)  # (T, B, C + H * K)
+            x, logits = proj[..., :channels], proj[..., channels:]  # (T, B, C), (T, B, H * K)
+        else:
+            logits = self.weight_linear(x if query is None else query)  # (T, B, H * K)
+        return x, logits.reshape(length, rows, self.num_heads, self.kernel_size)
+
+    def _kernels(self, logits: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """(T, B, H, K) logits -> kernels: softmax over the taps (the valid ones), DropConnect."""
+        if self.weight_softmax:
+            if valid is not None:  # renorm_padding: taps outside the sequence get no weight
+                logits = logits.masked_fill(~valid[:, None, None, :], float("-inf"))
+            logits = F.softmax(logits, dim=-1)  # (T, B, H, K)
+        return F.dropout(logits, self.weight_dropout, self.training)
+
+    def _valid(self, first: int, count: int, length: int, device: torch.device):
+        """The valid-tap mask renorm_padding needs, or None without it."""
+        if not (self.renorm_padding and self.weight_softmax):
+            return None
+        return valid_taps(first, count, self.kernel_size, self.padding_l, length, device)
+
+    def _apply_windows(self, windows: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
+        """(T, B, C, K) windows and (T, B, H, K) kernels -> (T, B, C)."""
+        length, rows, channels, k = windows.shape
+        heads = length * rows * self.num_heads
+        # (T * B * H, R, K): a view when the windows come from a contiguous padded input
+        windows = windows.reshape(heads, channels // self.num_heads, k)
+        out = torch.bmm(windows, kernels.reshape(heads, k, 1))  # (T * B * H, R, 1)
+        return out.view(length, rows, channels)
+
+    def _forward_unfolded(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The unfold form: each position's window times its kernel. (T, B, C) -> (T, B, C)."""
+        kernels = self._kernels(logits, self._valid(0, x.size(0), x.size(0), x.device))
+        windows = padded_windows(x, self.kernel_size, self.padding_l)  # (T, B, C, K)
+        return self._apply_windows(windows, kernels)
+
+    def _forward_band(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The band form: per row and head, a (T, T) band matrix times the input."""
+        length, rows, channels = x.shape
+        heads, k = self.num_heads, self.kernel_size
+        kernels = self._kernels(logits, self._valid(0, length, length, x.device))  # (T, B, H, K)
+        kernels = kernels.permute(1, 2, 0, 3).reshape(rows * heads, length, k)  # (B * H, T, K)
+        band = band_matrix(kernels, self.padding_l)  # (B * H, T, T)
+        xs = x.reshape(length, rows * heads, channels // heads).transpose(0, 1)  # (B * H, T, R)
+        out = torch.bmm(band, xs)  # (B * H, T, R)
+        return out.transpose(0, 1).reshape(length, rows, channels)
+
+    def _forward_incremental(
+        self, x: torch.Tensor, logits: torch.Tensor, incremental_state: IncrementalState
+    ) -> torch.Tensor:
+        """The T newest positions (one step or several) after the cached inputs: (T, B, C)."""
+        k = self.kernel_size
+        if self.padding_l != k - 1:
+            raise ValueError(
+                f"incremental decoding needs a causal convolution (padding_l {k - 1}), "
+                f"got padding_l {self.padding_l}"
+            )
+        previous = incremental_state.get(self._state_key)  # (P, B, C), P <= K - 1, or None
+        full = x if previous is None else torch.cat([previous, x], dim=0)  # (P + T, B, C)
+        if k > 1:
+            # detached: a cached input never keeps an earlier step's graph alive
+            incremental_state[self._state_key] = full[-(k - 1) :].detach()  # (<= K - 1, B, C)
+        first = full.size(0) - x.size(0)  # position of the first new input in `full`
+        kernels = self._kernels(logits, self._valid(first, x.size(0), full.size(0), x.device))
+        windows = padded_windows(full, k, k - 1)[first:]  # (T, B, C, K): the new positions'
+        return self._apply_windows(windows, kernels)
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: torch.Tensor
+    ) -> None:
+        """Keep row ``new_order[i]``'s cached inputs as row ``i`` (beam moves, batch shrinking)."""
+        buffer = incremental_state.get(self._state_key)  # (P, B, C)
+        if buffer is not None:
+            incremental_state[self._state_key] = buffer.index_select(1, new_order)
+
+    def extra_repr(self) -> str:
+        s = (
+            f"{self.input_size}, kernel_size={self.kernel_size}, padding_l={self.padding_l}, "
+            f"num_heads={self.num_heads}, weight_softmax={self.weight_softmax}, "
+            f"conv_bias={self.conv_bias is not None}, renorm_padding={self.renorm_padding}, "
+            f"in_proj={self.in_proj}"
+        )
+        if self.query_size != self.input_size:
+            s += f", query_size={self.query_size}"
+        if self.weight_dropout > 0.0:
+            s += f", weight_dropout={self.weight_dropout}"
+        return s
