@@ -17,54 +17,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convseq.modules.conv_windows import (
+    band_matrix,
+    default_unfold,
+    describe,
+    incremental_windows,
+    padded_windows,
+    reorder_cache,
+    valid_taps,
+)
 from convseq.modules.linearized_conv import IncrementalState
 
-# fairseq's own threshold: beyond it the full forward unfolds
-BAND_MAX_LENGTH = 512
-
-
-def default_unfold(length: int) -> bool:
-    """Whether a full-sequence forward over ``length`` positions takes the unfold form.
-
-    Why: fairseq's rule, so that a default run computes what fairseq computes. The band form does
-    one batched (T, T) @ (T, R) product per row and head, fast for sentence-length inputs, but its
-    band matrix holds B * H * T**2 numbers; the unfold form holds B * C * T * K and wins on memory
-    for long inputs. (A choice by measured speed is to replace this rule.)
-    """
-    return length > BAND_MAX_LENGTH
-
-
-# Helpers the lightweight convolution needs as well (to be merged into one home with it).
-
-
-def padded_windows(x: torch.Tensor, kernel_size: int, padding_l: int) -> torch.Tensor:
-    """(T, B, C) -> (T, B, C, K): window t holds inputs t - padding_l + k, zeros outside 0..T-1."""
-    right = kernel_size - 1 - padding_l
-    padded = F.pad(x, (0, 0, 0, 0, padding_l, right))  # (T + K - 1, B, C)
-    return padded.unfold(0, kernel_size, 1)  # (T, B, C, K), a view of `padded`
-
-
-def band_matrix(weights: torch.Tensor, padding_l: int) -> torch.Tensor:
-    """(N, T, K) kernels -> (N, T, T): row t holds w[t, k] at column t - padding_l + k.
-
-    No in-place write: each row is padded with T zeros to width K + T, and reading the flat rows
-    with width K + T - 1 instead shifts row t right by t columns (w[t, k] lands at column t + k).
-    """
-    n, length, k = weights.shape
-    wide = F.pad(weights, (0, length))  # (N, T, K + T)
-    flat = wide.reshape(n, length * (length + k))[:, : length * (length + k - 1)]
-    band = flat.view(n, length, length + k - 1)  # (N, T, T + K - 1), w[t, k] at column t + k
-    return band[:, :, padding_l : padding_l + length]  # (N, T, T)
-
-
-def valid_taps(
-    first: int, count: int, kernel_size: int, padding_l: int, length: int, device: torch.device
-) -> torch.Tensor:
-    """(count, K) bool: whether tap k of output position first + i reads inside 0..length-1."""
-    positions = torch.arange(first, first + count, device=device).unsqueeze(1)  # (count, 1)
-    taps = torch.arange(kernel_size, device=device).unsqueeze(0)  # (1, K)
-    read = positions - padding_l + taps  # (count, K): the input position each tap reads
-    return (read >= 0) & (read < length)
+__all__ = ["DynamicConv1dTBC", "band_matrix", "default_unfold"]
 
 
 class DynamicConv1dTBC(nn.Module):
@@ -225,39 +189,24 @@ class DynamicConv1dTBC(nn.Module):
         self, x: torch.Tensor, logits: torch.Tensor, incremental_state: IncrementalState
     ) -> torch.Tensor:
         """The T newest positions (one step or several) after the cached inputs: (T, B, C)."""
-        k = self.kernel_size
-        if self.padding_l != k - 1:
-            raise ValueError(
-                f"incremental decoding needs a causal convolution (padding_l {k - 1}), "
-                f"got padding_l {self.padding_l}"
-            )
-        previous = incremental_state.get(self._state_key)  # (P, B, C), P <= K - 1, or None
-        full = x if previous is None else torch.cat([previous, x], dim=0)  # (P + T, B, C)
-        if k > 1:
-            # detached: a cached input never keeps an earlier step's graph alive
-            incremental_state[self._state_key] = full[-(k - 1) :].detach()  # (<= K - 1, B, C)
-        first = full.size(0) - x.size(0)  # position of the first new input in `full`
-        kernels = self._kernels(logits, self._valid(first, x.size(0), full.size(0), x.device))
-        windows = padded_windows(full, k, k - 1)[first:]  # (T, B, C, K): the new positions'
+        windows, first = incremental_windows(
+            x, incremental_state, self._state_key, self.kernel_size, self.padding_l
+        )  # (T, B, C, K): the new positions' windows, after `first` cached inputs
+        kernels = self._kernels(logits, self._valid(first, x.size(0), first + x.size(0), x.device))
         return self._apply_windows(windows, kernels)
 
     def reorder_incremental_state(
         self, incremental_state: IncrementalState, new_order: torch.Tensor
     ) -> None:
         """Keep row ``new_order[i]``'s cached inputs as row ``i`` (beam moves, batch shrinking)."""
-        buffer = incremental_state.get(self._state_key)  # (P, B, C)
-        if buffer is not None:
-            incremental_state[self._state_key] = buffer.index_select(1, new_order)
+        reorder_cache(incremental_state, self._state_key, new_order)
 
     def extra_repr(self) -> str:
-        s = (
-            f"{self.input_size}, kernel_size={self.kernel_size}, padding_l={self.padding_l}, "
-            f"num_heads={self.num_heads}, weight_softmax={self.weight_softmax}, "
-            f"conv_bias={self.conv_bias is not None}, renorm_padding={self.renorm_padding}, "
-            f"in_proj={self.in_proj}"
-        )
+        switches: dict[str, object] = {
+            "conv_bias": self.conv_bias is not None,
+            "renorm_padding": self.renorm_padding,
+            "in_proj": self.in_proj,
+        }
         if self.query_size != self.input_size:
-            s += f", query_size={self.query_size}"
-        if self.weight_dropout > 0.0:
-            s += f", weight_dropout={self.weight_dropout}"
-        return s
+            switches["query_size"] = self.query_size
+        return describe(self, **switches)

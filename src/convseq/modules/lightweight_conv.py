@@ -24,23 +24,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convseq.modules.conv_windows import (
+    band_matrix,
+    default_unfold,
+    describe,
+    incremental_windows,
+    padded_windows,
+    reorder_cache,
+)
 from convseq.modules.linearized_conv import IncrementalState
 
-# Above this length the band form is not chosen by default: its (B*H, T, T) matrix grows with
-# the square of the length (fairseq's DynamicConv1dTBC switches to unfold above 512 as well).
-MAX_BAND_LENGTH = 512
-
-
-def default_unfold(length: int, incremental: bool) -> bool:
-    """Whether a forward that was not told which form to use takes the unfold form.
-
-    Why: an incremental step holds only the new positions and the K-1 inputs before them, which
-    is the unfold form's window and not a whole band; a long sequence would make the band
-    matrix quadratic in memory. Otherwise the band form, fairseq's LightweightConv1dTBC's
-    default (one batched matmul, so the same operations as fairseq's training and scoring).
-    The choice by measured speed replaces this rule later.
-    """
-    return incremental or length > MAX_BAND_LENGTH
+__all__ = ["LightweightConv1dTBC", "default_unfold"]
 
 
 class LightweightConv1dTBC(nn.Module):
@@ -108,10 +102,13 @@ class LightweightConv1dTBC(nn.Module):
             unfold = default_unfold(x.size(0), incremental)
         kernel = self._kernel()  # (H, K)
         if incremental_state is not None:
-            windows = self._incremental_windows(x, incremental_state)  # (T, B, C, K)
+            windows, _ = incremental_windows(
+                x, incremental_state, self._state_key, self.kernel_size, self.padding_l
+            )  # (T, B, C, K)
             out = self._contract_windows(windows, kernel)  # (T, B, C)
         elif unfold:
-            out = self._contract_windows(self._windows(x), kernel)  # (T, B, C)
+            windows = padded_windows(x, self.kernel_size, self.padding_l)  # (T, B, C, K)
+            out = self._contract_windows(windows, kernel)  # (T, B, C)
         else:
             out = self._band_product(x, kernel)  # (T, B, C)
         if self.bias is not None:
@@ -128,32 +125,6 @@ class LightweightConv1dTBC(nn.Module):
         low = kernel.dtype in (torch.float16, torch.bfloat16)
         dtype = torch.float32 if low else kernel.dtype
         return torch.softmax(kernel, dim=1, dtype=dtype).type_as(kernel)  # (H, K)
-
-    def _windows(self, x: torch.Tensor) -> torch.Tensor:
-        """(T, B, C) -> (T, B, C, K): window t holds inputs t - padding_l .. t - padding_l + K - 1."""
-        after = self.kernel_size - 1 - self.padding_l
-        padded = F.pad(x, (0, 0, 0, 0, self.padding_l, after))  # (T + K - 1, B, C)
-        return padded.unfold(0, self.kernel_size, 1)  # (T, B, C, K), a view
-
-    def _incremental_windows(
-        self, x: torch.Tensor, incremental_state: IncrementalState
-    ) -> torch.Tensor:
-        """(T, B, C) new inputs -> (T, B, C, K) causal windows; remember the last K - 1 inputs."""
-        if self.padding_l != self.kernel_size - 1:
-            raise ValueError(
-                f"incremental decoding needs a causal convolution (padding_l = kernel_size - 1 "
-                f"= {self.kernel_size - 1}), got padding_l={self.padding_l}"
-            )
-        context = self.kernel_size - 1
-        buffer = incremental_state.get(self._state_key)
-        if buffer is None:  # zeros stand for the causal left padding
-            buffer = x.new_zeros(context, x.size(1), x.size(2))  # (K - 1, B, C)
-        assert isinstance(buffer, torch.Tensor)
-        sequence = torch.cat([buffer, x], dim=0)  # (K - 1 + T, B, C), oldest first
-        # a new tensor each call, so a reordered or saved state is never written through;
-        # detached, so that the state never keeps earlier steps' autograd graphs alive
-        incremental_state[self._state_key] = sequence[sequence.size(0) - context :].detach()
-        return sequence.unfold(0, self.kernel_size, 1)  # (T, B, C, K)
 
     def _contract_windows(self, windows: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         """(T, B, C, K) windows and (H, K) kernels -> (T, B, C): the unfold form's product."""
@@ -172,7 +143,8 @@ class LightweightConv1dTBC(nn.Module):
         """(T, B, C) and (H, K) kernels -> (T, B, C): the band-matrix form's product."""
         steps, rows, channels = x.shape
         heads, taps = kernel.shape
-        band = band_matrices(kernel, steps, self.padding_l)  # (H, T, T)
+        per_row = kernel.unsqueeze(1).expand(heads, steps, taps)  # (H, T, K): one kernel per row
+        band = band_matrix(per_row, self.padding_l)  # (H, T, T)
         if self.training and self.weight_dropout > 0:
             # DropConnect on each row's own copy of the band, as fairseq's (B*H, T, T) one
             band = band.expand(rows, heads, steps, steps)  # (B, H, T, T)
@@ -186,34 +158,10 @@ class LightweightConv1dTBC(nn.Module):
         self, incremental_state: IncrementalState, new_order: torch.Tensor
     ) -> None:
         """Keep row ``new_order[i]``'s buffer as row ``i`` (beam reordering, batch shrinking)."""
-        buffer = incremental_state.get(self._state_key)
-        if buffer is not None:
-            assert isinstance(buffer, torch.Tensor)
-            incremental_state[self._state_key] = buffer.index_select(1, new_order)  # (K-1, B', C)
+        reorder_cache(incremental_state, self._state_key, new_order)
 
     def extra_repr(self) -> str:
-        text = (
-            f"{self.input_size}, kernel_size={self.kernel_size}, padding_l={self.padding_l}, "
-            f"num_heads={self.num_heads}, weight_softmax={self.weight_softmax}, "
-            f"bias={self.bias is not None}"
-        )
-        if self.weight_dropout > 0:
-            text += f", weight_dropout={self.weight_dropout}"
-        return text
-
-
-def band_matrices(kernel: torch.Tensor, length: int, padding_l: int) -> torch.Tensor:
-    """(H, K) kernels -> (H, T, T) band matrices M with ``out[t] = sum_s M[t, s] * x[s]``.
-
-    ``M[h, t, s] = kernel[h, s - t + padding_l]`` where that tap exists (0 <= . < K), else 0:
-    the convolution of a sequence of ``length`` T padded with ``padding_l`` zeros before it.
-    """
-    taps = kernel.size(1)
-    positions = torch.arange(length, device=kernel.device)  # (T,)
-    tap = positions.view(1, -1) - positions.view(-1, 1) + padding_l  # (T, T): [t, s] = s - t + P
-    outside = (tap < 0) | (tap >= taps)  # (T, T)
-    band = kernel[:, tap.clamp(0, taps - 1)]  # (H, T, T)
-    return band.masked_fill(outside, 0.0)  # (H, T, T)
+        return describe(self, bias=self.bias is not None)
 
 
 def _check_settings(
