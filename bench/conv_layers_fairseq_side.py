@@ -1,0 +1,75 @@
+"""The fairseq side of bench/bench_conv_layers_vs_fairseq.py (runs in bench/fairseq-venv).
+
+Standalone: it imports fairseq and torch only, never convseq, because it runs with the
+benchmark-only fairseq environment's Python. It reads the cases the driver wrote (each layer's
+constructor arguments, its state_dict, the input and the chunk sizes of the several-steps run),
+builds fairseq 0.12's LightweightConv1dTBC or DynamicConv1dTBC, loads the state_dict with
+strict=True and writes every form's output (fp32, eval mode), or the error a form raised.
+
+    bench/fairseq-venv/bin/python bench/conv_layers_fairseq_side.py --cases IN.pt --out OUT.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def incremental(layer, x, sizes: list[int]):
+    """fairseq's layer fed `sizes` positions at a time through one incremental state."""
+    import torch
+
+    state: dict = {}
+    outs, start = [], 0
+    for n in sizes:
+        outs.append(layer(x[start : start + n], incremental_state=state))  # (n, B, C)
+        start += n
+    return torch.cat(outs)  # (T, B, C)
+
+
+def run_case(case: dict) -> dict:
+    """Every form's output of one case: full unfold and band, and with causal padding one step
+    at a time and several at once (the error fairseq raises, if it does)."""
+    import torch
+    from fairseq.modules.dynamic_convolution import DynamicConv1dTBC
+    from fairseq.modules.lightweight_convolution import LightweightConv1dTBC
+
+    cls = LightweightConv1dTBC if case["layer"] == "lightweight" else DynamicConv1dTBC
+    layer = cls(**case["kwargs"]).eval()
+    layer.load_state_dict(case["state"], strict=True)
+    x = case["x"]  # (T, B, C)
+    out: dict = {}
+    with torch.no_grad():
+        out["unfold"] = layer(x, unfold=True)
+        out["band"] = layer(x, unfold=False)
+        if case["causal"]:
+            out["steps"] = incremental(layer, x, [1] * x.size(0))
+            try:
+                out["chunked"] = incremental(layer, x, case["chunks"])
+            except Exception as e:  # fairseq issue 3908: several steps at once
+                out["chunked_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    cases = torch.load(args.cases, weights_only=True)
+    torch.save([run_case(case) for case in cases], args.out)
+    print(json.dumps({"cases": len(cases)}))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # reported, not hidden: the driver prints it as this side's result
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        sys.exit(3)
