@@ -31,7 +31,11 @@ def decoder(conv_type: str, normalize_before: bool = False, **kw) -> LightConvDe
 def common_shapes(conv_type: str, kernel: int) -> dict[str, tuple[int, ...]]:
     """fairseq's names and shapes shared by both layers (linear1 doubled for the GLU)."""
     conv = {"lightweight": {"conv.weight": (HEADS, 1, kernel)}}
-    conv["dynamic"] = {"conv.weight_linear.weight": (HEADS * kernel, CONV)}
+    # fairseq's DynamicConv_scripatable always holds a (1, 1, C) conv_bias, unused without bias
+    conv["dynamic"] = {
+        "conv.weight_linear.weight": (HEADS * kernel, CONV),
+        "conv.conv_bias": (1, 1, CONV),
+    }
     return {
         "linear1.weight": (2 * CONV, E),
         "linear1.bias": (2 * CONV,),
@@ -70,7 +74,13 @@ def test_names_and_shapes_are_fairseqs_and_load_strictly(conv_type):
         state = {name: torch.randn(shape) for name, shape in shapes.items()}
         layer.load_state_dict(state, strict=True)
         for name, tensor in layer.state_dict().items():
-            assert torch.equal(tensor, state[name])
+            if name != "conv.conv_bias":  # unused: written back as zeros
+                assert torch.equal(tensor, state[name])
+    if conv_type == "dynamic":
+        assert torch.count_nonzero(layer.state_dict()["conv.conv_bias"]) == 0
+        bad = {**state, "conv.conv_bias": torch.zeros(CONV)}
+        with pytest.raises(RuntimeError, match="conv_bias"):
+            layer.load_state_dict(bad, strict=True)
 
 
 def xavier_bound(weight: torch.Tensor, gain: float = 1.0) -> float:

@@ -17,6 +17,8 @@ encoder; ``conv_layer_norm``, ``encoder_attn_layer_norm``, ``final_layer_norm`` 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -69,6 +71,32 @@ def make_conv(
     raise ValueError(f"conv_type: one of {', '.join(CONV_TYPES)}, got {conv_type!r}")
 
 
+def keep_fairseq_conv_bias_entry(conv: nn.Module) -> None:
+    """Give a bias-less dynamic convolution fairseq's ``conv_bias`` state-dict entry.
+
+    fairseq's LightConv layers build DynamicConv_scripatable, which registers a (1, 1, C)
+    ``conv_bias`` parameter even without a conv bias (never initialised, never used), so its
+    checkpoints hold ``conv.conv_bias``. Ours has none: the entry is written as zeros and
+    dropped on load, so that state dicts go both ways with ``strict=True``.
+    """
+    if not isinstance(conv, DynamicConv1dTBC) or conv.conv_bias is not None:
+        return
+    shape = (1, 1, conv.input_size)
+    conv.register_state_dict_post_hook(partial(_write_conv_bias, shape=shape))
+    conv.register_load_state_dict_pre_hook(partial(_drop_conv_bias, shape=shape))
+
+
+def _write_conv_bias(module: nn.Module, state_dict: dict, prefix: str, _meta, shape) -> None:
+    weight = module.weight_linear.weight
+    state_dict[prefix + "conv_bias"] = weight.new_zeros(shape)  # (1, 1, C), fairseq's shape
+
+
+def _drop_conv_bias(_module, state_dict: dict, prefix: str, *_args, shape) -> None:
+    entry = state_dict.get(prefix + "conv_bias")
+    if entry is not None and tuple(entry.shape) == shape:  # another shape: strict load refuses
+        del state_dict[prefix + "conv_bias"]
+
+
 def encoder_padding_l(kernel_size: int) -> int:
     """The encoder's centred padding, K // 2 for an odd K (fairseq's rule).
 
@@ -100,6 +128,7 @@ class _ConvBlock(nn.Module):
         self.conv = make_conv(
             conv_type, conv_dim, kernel_size, padding_l, num_heads, weight_softmax, weight_dropout
         )
+        keep_fairseq_conv_bias_entry(self.conv)
         self.linear2 = xavier_linear(conv_dim, embed_dim)
 
     def _set_dropouts(
