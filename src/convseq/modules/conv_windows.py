@@ -1,6 +1,7 @@
 """What the lightweight and dynamic convolutions share: the K-wide windows of a padded (T, B, C)
 input (the unfold form), the band matrix of per-row kernels (the band form), the cache of the last
-K - 1 inputs that incremental decoding keeps, and the default choice between the two forms.
+K - 1 inputs that incremental decoding keeps, the default choice between the two forms, and
+`HeadConv1dTBC`, the base class that holds both layers' settings and their cache.
 
 A convolution with ``padding_l`` taps left of the current position reads, for output t and tap k,
 input ``t - padding_l + k``; positions outside 0..T-1 read zeros.
@@ -8,10 +9,11 @@ input ``t - padding_l + k``; positions outside 0..T-1 read zeros.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from convseq.modules.linearized_conv import IncrementalState
 
@@ -102,14 +104,54 @@ def reorder_cache(incremental_state: IncrementalState, key: str, new_order: torc
         incremental_state[key] = buffer.index_select(1, new_order)  # (P, B', C)
 
 
-def describe(layer: Any, **switches: object) -> str:
-    """The ``extra_repr`` of a convolution: C, K, padding_l, H, weight_softmax, the layer's own
-    ``switches`` in order, then weight_dropout when it is on."""
-    text = (
-        f"{layer.input_size}, kernel_size={layer.kernel_size}, padding_l={layer.padding_l}, "
-        f"num_heads={layer.num_heads}, weight_softmax={layer.weight_softmax}"
-    )
-    text += "".join(f", {name}={value}" for name, value in switches.items())
-    if layer.weight_dropout > 0:
-        text += f", weight_dropout={layer.weight_dropout}"
-    return text
+class HeadConv1dTBC(nn.Module):
+    """What both convolutions hold: their settings, their entry in the caller's incremental state
+    (the last K - 1 inputs) and its reorder, and the start of their ``extra_repr``.
+
+    No parameters: each layer registers its own, in fairseq's order.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        kernel_size: int,
+        padding_l: int,
+        num_heads: int,
+        weight_dropout: float,
+        weight_softmax: bool,
+    ):
+        super().__init__()
+        self.input_size = input_size
+        self.kernel_size = kernel_size
+        self.padding_l = padding_l
+        self.num_heads = num_heads
+        self.weight_dropout = weight_dropout
+        self.weight_softmax = weight_softmax
+        # names this module's entry in an incremental_state shared by the whole decoder
+        self._state_key = f"{uuid.uuid4().hex}.input_buffer"
+
+    def _cached_windows(
+        self, x: torch.Tensor, incremental_state: IncrementalState
+    ) -> tuple[torch.Tensor, int]:
+        """`incremental_windows` of this layer: (T, B, C, K) windows, cached inputs before x."""
+        return incremental_windows(
+            x, incremental_state, self._state_key, self.kernel_size, self.padding_l
+        )
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: torch.Tensor
+    ) -> None:
+        """Keep row ``new_order[i]``'s cached inputs as row ``i`` (beam moves, batch shrinking)."""
+        reorder_cache(incremental_state, self._state_key, new_order)
+
+    def _describe(self, **switches: object) -> str:
+        """The ``extra_repr``: C, K, padding_l, H, weight_softmax, the layer's own ``switches``
+        in order, then weight_dropout when it is on."""
+        text = (
+            f"{self.input_size}, kernel_size={self.kernel_size}, padding_l={self.padding_l}, "
+            f"num_heads={self.num_heads}, weight_softmax={self.weight_softmax}"
+        )
+        text += "".join(f", {name}={value}" for name, value in switches.items())
+        if self.weight_dropout > 0:
+            text += f", weight_dropout={self.weight_dropout}"
+        return text

@@ -11,19 +11,15 @@ the same thing: unfold (windows of the padded input, one small product per posit
 
 from __future__ import annotations
 
-import uuid
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from convseq.modules.conv_windows import (
+    HeadConv1dTBC,
     band_matrix,
     default_unfold,
-    describe,
-    incremental_windows,
     padded_windows,
-    reorder_cache,
     valid_taps,
 )
 from convseq.modules.linearized_conv import IncrementalState
@@ -31,7 +27,7 @@ from convseq.modules.linearized_conv import IncrementalState
 __all__ = ["DynamicConv1dTBC", "band_matrix", "default_unfold"]
 
 
-class DynamicConv1dTBC(nn.Module):
+class DynamicConv1dTBC(HeadConv1dTBC):
     """Dynamic convolution over (T, B, C) inputs, parameters as fairseq's DynamicConv1dTBC.
 
     Args:
@@ -63,19 +59,15 @@ class DynamicConv1dTBC(nn.Module):
         query_size: int | None = None,
         in_proj: bool = False,
     ):
-        super().__init__()
         padding_l = kernel_size - 1 if padding_l is None else padding_l
         if input_size % num_heads:
             raise ValueError(f"input_size {input_size} does not divide into {num_heads} heads")
         if not 0 <= padding_l < kernel_size:
             raise ValueError(f"padding_l must lie in 0..{kernel_size - 1}, got {padding_l}")
-        self.input_size = input_size
+        super().__init__(
+            input_size, kernel_size, padding_l, num_heads, weight_dropout, weight_softmax
+        )
         self.query_size = input_size if query_size is None else query_size
-        self.kernel_size = kernel_size
-        self.padding_l = padding_l
-        self.num_heads = num_heads
-        self.weight_dropout = weight_dropout
-        self.weight_softmax = weight_softmax
         self.renorm_padding = renorm_padding
         kernels = num_heads * kernel_size
         if in_proj:
@@ -88,8 +80,6 @@ class DynamicConv1dTBC(nn.Module):
         if self.weight_linear.bias is not None:
             nn.init.zeros_(self.weight_linear.bias)
         self.conv_bias = nn.Parameter(torch.empty(input_size)) if conv_bias else None
-        # names this module's entry in an incremental_state shared by the whole decoder
-        self._state_key = f"{uuid.uuid4().hex}.input_buffer"
         self.reset_parameters()
 
     @property
@@ -189,17 +179,10 @@ class DynamicConv1dTBC(nn.Module):
         self, x: torch.Tensor, logits: torch.Tensor, incremental_state: IncrementalState
     ) -> torch.Tensor:
         """The T newest positions (one step or several) after the cached inputs: (T, B, C)."""
-        windows, first = incremental_windows(
-            x, incremental_state, self._state_key, self.kernel_size, self.padding_l
-        )  # (T, B, C, K): the new positions' windows, after `first` cached inputs
+        # (T, B, C, K): the new positions' windows, after `first` cached inputs
+        windows, first = self._cached_windows(x, incremental_state)
         kernels = self._kernels(logits, self._valid(first, x.size(0), first + x.size(0), x.device))
         return self._apply_windows(windows, kernels)
-
-    def reorder_incremental_state(
-        self, incremental_state: IncrementalState, new_order: torch.Tensor
-    ) -> None:
-        """Keep row ``new_order[i]``'s cached inputs as row ``i`` (beam moves, batch shrinking)."""
-        reorder_cache(incremental_state, self._state_key, new_order)
 
     def extra_repr(self) -> str:
         switches: dict[str, object] = {
@@ -209,4 +192,4 @@ class DynamicConv1dTBC(nn.Module):
         }
         if self.query_size != self.input_size:
             switches["query_size"] = self.query_size
-        return describe(self, **switches)
+        return self._describe(**switches)

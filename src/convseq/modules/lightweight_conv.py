@@ -18,26 +18,22 @@ the output the full forward gives it.
 
 from __future__ import annotations
 
-import uuid
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from convseq.modules.conv_windows import (
+    HeadConv1dTBC,
     band_matrix,
     default_unfold,
-    describe,
-    incremental_windows,
     padded_windows,
-    reorder_cache,
 )
 from convseq.modules.linearized_conv import IncrementalState
 
 __all__ = ["LightweightConv1dTBC", "default_unfold"]
 
 
-class LightweightConv1dTBC(nn.Module):
+class LightweightConv1dTBC(HeadConv1dTBC):
     """Lightweight convolution on (T, B, C) inputs, with fairseq's parameters and init.
 
     Args:
@@ -61,22 +57,16 @@ class LightweightConv1dTBC(nn.Module):
         weight_softmax: bool = False,
         bias: bool = False,
     ):
-        super().__init__()
         _check_settings(input_size, kernel_size, padding_l, num_heads, weight_dropout)
-        self.input_size = input_size
-        self.kernel_size = kernel_size
-        self.padding_l = padding_l
-        self.num_heads = num_heads
-        self.weight_dropout = weight_dropout
-        self.weight_softmax = weight_softmax
+        super().__init__(
+            input_size, kernel_size, padding_l, num_heads, weight_dropout, weight_softmax
+        )
         self.weight = nn.Parameter(torch.empty(num_heads, 1, kernel_size))
         self.bias: nn.Parameter | None
         if bias:
             self.bias = nn.Parameter(torch.empty(input_size))
         else:
             self.register_parameter("bias", None)
-        # names this module's entry in an incremental_state shared by the whole decoder
-        self._state_key = f"{uuid.uuid4().hex}.input_buffer"
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -102,9 +92,7 @@ class LightweightConv1dTBC(nn.Module):
             unfold = default_unfold(x.size(0), incremental)
         kernel = self._kernel()  # (H, K)
         if incremental_state is not None:
-            windows, _ = incremental_windows(
-                x, incremental_state, self._state_key, self.kernel_size, self.padding_l
-            )  # (T, B, C, K)
+            windows, _ = self._cached_windows(x, incremental_state)  # (T, B, C, K)
             out = self._contract_windows(windows, kernel)  # (T, B, C)
         elif unfold:
             windows = padded_windows(x, self.kernel_size, self.padding_l)  # (T, B, C, K)
@@ -154,14 +142,8 @@ class LightweightConv1dTBC(nn.Module):
         out = torch.matmul(band, per_head)  # (B, H, T, R)
         return out.permute(2, 0, 1, 3).reshape(steps, rows, channels)  # (T, B, C)
 
-    def reorder_incremental_state(
-        self, incremental_state: IncrementalState, new_order: torch.Tensor
-    ) -> None:
-        """Keep row ``new_order[i]``'s buffer as row ``i`` (beam reordering, batch shrinking)."""
-        reorder_cache(incremental_state, self._state_key, new_order)
-
     def extra_repr(self) -> str:
-        return describe(self, bias=self.bias is not None)
+        return self._describe(bias=self.bias is not None)
 
 
 def _check_settings(
