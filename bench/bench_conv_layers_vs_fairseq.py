@@ -1,6 +1,7 @@
 """convseq's LightweightConv1dTBC and DynamicConv1dTBC against fairseq 0.12's, output for output.
 
-For each setting (K 3 / 7 / 31, causal and centred padding, weight softmax on and off, T 20 / 40;
+For each setting (K 3 / 7 / 31, causal and centred padding, weight softmax on and off, T 20 / 40, and K 7 / 31
+with T 1 / 4 / 6, shorter than the kernel;
 H 4, C 64, B 5, fp32, eval mode) convseq's layer is built from a seed, its parameters moved off
 their initial values (biases included), and the same state_dict is loaded with strict=True into
 fairseq's layer, which runs in its own process with bench/fairseq-venv's Python
@@ -8,14 +9,19 @@ fairseq's layer, which runs in its own process with bench/fairseq-venv's Python
 absolute difference over all outputs:
 
 * unfold / band: the full forward in each form (fairseq's _forward_unfolded / _forward_expanded);
+* model: the full forward of the convolution each toolkit's LightConv layers build (fairseq:
+  the LightweightConv factory, band form on CPU, or DynamicConv_scripatable, always unfold;
+  convseq: its layer with trim_short_kernel for dynamic); untrimmed: convseq's band form
+  without trim_short_kernel against fairseq's model column (the size of fairseq's trim);
 * steps: causal padding, one position at a time through the incremental state;
 * chunks: causal padding, several positions at once (3, then 5, alternately); both columns are
   against fairseq's one-step-at-a-time output (the answer), fairseq's is the error it raises
   (fairseq issue 3908) where it raises one.
 
-fairseq's DynamicConv1dTBC unfold form differs from its own band form where K > T with causal
-padding and weight softmax: it keeps the last T taps and normalises over those alone (its model
-uses the band form up to T = 512, and the incremental form, which normalise over all K taps).
+fairseq's dynamic unfold form differs from its own band form where K > T with causal padding and
+weight softmax: it keeps the last T taps and normalises over those alone. fairseq's LightConv
+model builds DynamicConv_scripatable, which always takes that form for the full forward (training
+and eval); its incremental form normalises over all K taps.
 
     python bench/bench_conv_layers_vs_fairseq.py [--json PATH]
     python bench/bench_conv_layers_vs_fairseq.py --dry-run   # convseq's side only, a tiny case
@@ -46,7 +52,7 @@ from vs_fairseq_common import ROOT, VENV, fairseq_env, machine_of_run
 SIDE = ROOT / "bench" / "conv_layers_fairseq_side.py"
 LAYERS = ("lightweight", "dynamic")
 CHUNKS = (3, 5)  # several steps at once: 3 positions, then 5, alternately
-COLUMNS = ("unfold", "band", "steps", "chunks convseq", "chunks fairseq")
+COLUMNS = ("unfold", "band", "model", "untrimmed", "steps", "chunks convseq", "chunks fairseq")
 
 
 def settings(dry_run: bool) -> list[dict[str, Any]]:
@@ -55,7 +61,11 @@ def settings(dry_run: bool) -> list[dict[str, Any]]:
         grid = itertools.product(LAYERS, (3,), (True,), (True,), (6,))
         size = {"H": 2, "C": 8, "B": 2}
     else:
-        grid = itertools.product(LAYERS, (3, 7, 31), (True, False), (False, True), (20, 40))
+        grid = itertools.chain(
+            itertools.product(LAYERS, (3, 7, 31), (True, False), (False, True), (20, 40)),
+            # shorter than the kernel: where fairseq's model trims the dynamic kernels
+            itertools.product(LAYERS, (7, 31), (True, False), (False, True), (1, 4, 6)),
+        )
         size = {"H": 4, "C": 64, "B": 5}
     keys = ("layer", "K", "causal", "softmax", "T")
     return [dict(zip(keys, values, strict=True), **size) for values in grid]
@@ -111,6 +121,10 @@ def convseq_side(case: dict[str, Any], layer: nn.Module, x: torch.Tensor) -> dic
     with torch.no_grad():
         out["unfold"] = layer(x, unfold=True)  # (T, B, C)
         out["band"] = layer(x, unfold=False)  # (T, B, C)
+        # what convseq's LightConv layers compute (make_conv: trim_short_kernel for dynamic)
+        layer.trim_short_kernel = case["layer"] == "dynamic"
+        out["model"] = layer(x)  # (T, B, C)
+        layer.trim_short_kernel = False
         if case["causal"]:
             out["steps"] = incremental(layer, x, [1] * x.size(0))
             out["chunked"] = incremental(layer, x, chunk_sizes(x.size(0)))
@@ -142,6 +156,9 @@ def compare(mine: dict[str, Any], theirs: dict[str, Any] | None) -> dict[str, An
     other = {"band": mine["unfold"], "steps": mine["unfold"]} if theirs is None else theirs
     row: dict[str, Any] = {"unfold": None if theirs is None else max_diff(mine["unfold"], ref)}
     row["band"] = max_diff(mine["band"], other["band"])
+    row["model"] = max_diff(mine["model"], ref if theirs is None else theirs["model"])
+    if theirs is not None:  # the size of the trim: convseq's untrimmed output against fairseq's
+        row["untrimmed"] = max_diff(mine["band"], theirs["model"])
     if "steps" not in mine:
         return row
     row["steps"] = max_diff(mine["steps"], other["steps"])

@@ -4,7 +4,8 @@ Standalone: it imports fairseq and torch only, never convseq, because it runs wi
 benchmark-only fairseq environment's Python. It reads the cases the driver wrote (each layer's
 constructor arguments, its state_dict, the input and the chunk sizes of the several-steps run),
 builds fairseq 0.12's LightweightConv1dTBC or DynamicConv1dTBC, loads the state_dict with
-strict=True and writes every form's output (fp32, eval mode), or the error a form raised.
+strict=True and writes every form's output (fp32, eval mode), or the error a form raised; and
+the full forward of the convolution fairseq's LightConv model builds (`model_conv`).
 
     bench/fairseq-venv/bin/python bench/conv_layers_fairseq_side.py --cases IN.pt --out OUT.pt
 """
@@ -28,6 +29,23 @@ def incremental(layer, x, sizes: list[int]):
     return torch.cat(outs)  # (T, B, C)
 
 
+def model_conv(case: dict):
+    """The convolution fairseq's LightConv layers build (models/lightconv.py:21-26, 726-743):
+    the LightweightConv factory (LightweightConv1dTBC on CPU, its forward's default band form)
+    or DynamicConv_scripatable (always its unfold form), the same state_dict loaded strictly."""
+    from fairseq.modules import DynamicConv_scripatable, LightweightConv
+
+    if case["layer"] == "lightweight":
+        layer = LightweightConv(**case["kwargs"]).eval()
+        state = case["state"]
+    else:
+        layer = DynamicConv_scripatable(**case["kwargs"]).eval()
+        state = dict(case["state"])
+        state["conv_bias"] = state["conv_bias"].view(1, 1, -1)  # its (1, 1, C) shape
+    layer.load_state_dict(state, strict=True)
+    return layer
+
+
 def run_case(case: dict) -> dict:
     """Every form's output of one case: full unfold and band, and with causal padding one step
     at a time and several at once (the error fairseq raises, if it does)."""
@@ -43,6 +61,7 @@ def run_case(case: dict) -> dict:
     with torch.no_grad():
         out["unfold"] = layer(x, unfold=True)
         out["band"] = layer(x, unfold=False)
+        out["model"] = model_conv(case)(x)  # what fairseq's LightConv layers compute
         if case["causal"]:
             out["steps"] = incremental(layer, x, [1] * x.size(0))
             try:

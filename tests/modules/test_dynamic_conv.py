@@ -231,3 +231,61 @@ def test_bad_settings_are_refused():
         DynamicConv1dTBC(6, kernel_size=3, num_heads=4)
     with pytest.raises(ValueError, match="padding_l"):
         DynamicConv1dTBC(4, kernel_size=3, padding_l=3)
+
+
+def trimmed_reference(conv: DynamicConv1dTBC, x: torch.Tensor) -> torch.Tensor:
+    """fairseq's teacher-forced form for T < K, causal, softmax: each kernel cut to its last T
+    taps, softmax over those, then taps t - T + 1 .. t (zeros before the sequence)."""
+    length, _, channels = x.shape
+    heads, k = conv.num_heads, conv.kernel_size
+    r = channels // heads
+    proj = x @ conv.weight_linear.weight.T + conv.weight_linear.bias  # (T, B, H * K)
+    out = torch.zeros_like(x)
+    for t in range(length):
+        for h in range(heads):
+            kernel = proj[t, :, h * k + k - length : (h + 1) * k].softmax(-1)  # (B, T)
+            for j in range(length):
+                s = t - length + 1 + j
+                if s >= 0:
+                    out[t, :, h * r : (h + 1) * r] += (
+                        kernel[:, j : j + 1] * x[s, :, h * r : (h + 1) * r]
+                    )
+    return out
+
+
+@pytest.mark.parametrize("length", [1, 2, K - 1])
+@pytest.mark.parametrize("unfold", [True, False], ids=["unfold", "band"])
+def test_trim_short_kernel_softmaxes_over_the_last_t_taps(length, unfold):
+    conv = make(weight_softmax=True, trim_short_kernel=True).eval()
+    x = inputs(length)
+    out = conv(x, unfold=unfold)
+    torch.testing.assert_close(out, trimmed_reference(conv, x))
+    if length > 1:  # a real change: the untrimmed softmax spreads weight over K taps
+        conv.trim_short_kernel = False
+        assert not torch.allclose(out, conv(x, unfold=unfold))
+
+
+@pytest.mark.parametrize(
+    "settings, length",
+    [
+        ({"weight_softmax": True}, K),  # not shorter than the kernel
+        ({"weight_softmax": True, "padding_l": (K - 1) // 2}, 2),  # centred
+        ({}, 2),  # no softmax: the dropped taps only read zeros
+        ({"weight_softmax": True, "renorm_padding": True}, 2),  # those taps are masked anyway
+    ],
+)
+def test_trim_short_kernel_changes_nothing_elsewhere(settings, length):
+    conv = make(trim_short_kernel=True, **settings).eval()
+    x = inputs(length)
+    for unfold in (True, False):
+        torch.testing.assert_close(conv(x, unfold=unfold), reference(conv, x))
+
+
+def test_trim_short_kernel_leaves_incremental_decoding_as_fairseqs():
+    """fairseq's incremental form softmaxes over all K taps, whatever the length: so does ours."""
+    conv = make(weight_softmax=True, trim_short_kernel=True).eval()
+    x = inputs(K - 1)
+    state: dict = {}
+    steps = torch.cat([conv(x[t : t + 1], incremental_state=state) for t in range(K - 1)])
+    torch.testing.assert_close(steps, reference(conv, x))
+    assert "trim_short_kernel=True" in repr(conv)

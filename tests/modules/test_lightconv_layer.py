@@ -303,3 +303,9 @@ def test_gradients_reach_every_parameter():
     layer = encoder("dynamic", True)
     layer(torch.randn(5, 2, E), padding_mask([5, 3], 5)).sum().backward()
     assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_dynamic_layers_trim_short_kernels_as_fairseqs_model():
+    """fairseq's layers build DynamicConv_scripatable (unfold form, trims when T < K)."""
+    assert decoder("dynamic").conv.trim_short_kernel
+    assert encoder("dynamic", False).conv.trim_short_kernel  # centred: never trims

@@ -43,6 +43,9 @@ class DynamicConv1dTBC(HeadConv1dTBC):
         conv_bias: a bias (C,) added to the output.
         query_size: channels of a separate query that predicts the kernels (default C).
         in_proj: one linear layer C -> C + H * K gives both the convolved input and the kernels.
+        trim_short_kernel: fairseq's teacher-forced short-sequence case: with causal padding,
+            weight softmax and a full forward over T < K positions, the softmax covers only the
+            last T taps (see `_trim_short`); incremental decoding is unchanged.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class DynamicConv1dTBC(HeadConv1dTBC):
         conv_bias: bool = False,
         query_size: int | None = None,
         in_proj: bool = False,
+        trim_short_kernel: bool = False,
     ):
         padding_l = kernel_size - 1 if padding_l is None else padding_l
         if input_size % num_heads:
@@ -69,6 +73,7 @@ class DynamicConv1dTBC(HeadConv1dTBC):
         )
         self.query_size = input_size if query_size is None else query_size
         self.renorm_padding = renorm_padding
+        self.trim_short_kernel = trim_short_kernel
         kernels = num_heads * kernel_size
         if in_proj:
             self.weight_linear = nn.Linear(input_size, input_size + kernels)
@@ -115,10 +120,11 @@ class DynamicConv1dTBC(HeadConv1dTBC):
         x, logits = self._project(x, query)  # (T, B, C), (T, B, H, K)
         if incremental_state is not None:
             output = self._forward_incremental(x, logits, incremental_state)
-        elif default_unfold(x.size(0)) if unfold is None else unfold:
-            output = self._forward_unfolded(x, logits)
         else:
-            output = self._forward_band(x, logits)
+            logits = self._trim_short(logits)  # the full forward only, as fairseq's
+            unfold = default_unfold(x.size(0)) if unfold is None else unfold
+            forward = self._forward_unfolded if unfold else self._forward_band
+            output = forward(x, logits)
         if self.conv_bias is not None:
             output = output + self.conv_bias  # (T, B, C)
         return output
@@ -134,6 +140,28 @@ class DynamicConv1dTBC(HeadConv1dTBC):
         else:
             logits = self.weight_linear(x if query is None else query)  # (T, B, H * K)
         return x, logits.reshape(length, rows, self.num_heads, self.kernel_size)
+
+    def _trim_short(self, logits: torch.Tensor) -> torch.Tensor:
+        """With trim_short_kernel, causal padding, weight softmax and T < K: the first K - T taps'
+        logits set to -inf, so that the softmax covers only the last T taps.
+
+        Why: fairseq 0.12's LightConv model builds DynamicConv_scripatable, whose forward always
+        takes its unfold form (dynamic_convolution.py:411), and that form, in training and in
+        eval alike, narrows each predicted kernel to its last T taps before the softmax when
+        K > T and padding_l == K - 1 (dynamic_convolution.py:455-457, softmax at 462). A model
+        trained in fairseq is trained on that output. The dropped taps only ever read positions
+        before the sequence (zeros), so without softmax nothing changes. fairseq's incremental
+        form (and so its generation) normalises over all K taps instead; the trimmed output at a
+        position depends on the whole length T, which no incremental decoder can know, so
+        incremental decoding here stays fairseq's incremental form.
+        """
+        length, k = logits.size(0), self.kernel_size
+        if not (self.trim_short_kernel and self.weight_softmax):
+            return logits
+        if length >= k or self.padding_l != k - 1:
+            return logits
+        dropped = torch.arange(k, device=logits.device) < k - length  # (K,)
+        return logits.masked_fill(dropped, float("-inf"))  # (T, B, H, K)
 
     def _kernels(self, logits: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         """(T, B, H, K) logits -> kernels: softmax over the taps (the valid ones), DropConnect."""
@@ -190,6 +218,8 @@ class DynamicConv1dTBC(HeadConv1dTBC):
             "renorm_padding": self.renorm_padding,
             "in_proj": self.in_proj,
         }
+        if self.trim_short_kernel:
+            switches["trim_short_kernel"] = True
         if self.query_size != self.input_size:
             switches["query_size"] = self.query_size
         return self._describe(**switches)

@@ -67,6 +67,9 @@ def make_conv(
             num_heads=num_heads,
             weight_dropout=weight_dropout,
             weight_softmax=weight_softmax,
+            # fairseq's layers build DynamicConv_scripatable, whose full forward (unfold form)
+            # normalises over the last T taps when T < K with causal padding
+            trim_short_kernel=True,
         )
     raise ValueError(f"conv_type: one of {', '.join(CONV_TYPES)}, got {conv_type!r}")
 
