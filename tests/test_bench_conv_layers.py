@@ -37,3 +37,25 @@ def test_fairseq_side_imports_no_convseq():
     names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(name.startswith("convseq") for name in names)
+
+
+def test_layer_dry_run_decodes_as_the_untrimmed_forward(tmp_path):
+    out = tmp_path / "layers.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_lightconv_layers_vs_fairseq.py"), "--dry-run"]
+        + ["--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("CPU: ")
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["case"]["T"] < row["case"]["K"] and row["diff"]["steps"] < 1e-6
+
+
+def test_layer_fairseq_side_imports_no_convseq():
+    tree = ast.parse((BENCH / "lightconv_layers_fairseq_side.py").read_text(encoding="utf-8"))
+    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(name.startswith("convseq") for name in names)
