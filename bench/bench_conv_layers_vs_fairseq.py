@@ -34,9 +34,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,7 @@ from convseq.modules.dynamic_conv import DynamicConv1dTBC
 from convseq.modules.lightweight_conv import LightweightConv1dTBC
 
 # bench/, beside this script (on sys.path as a script)
-from vs_fairseq_common import ROOT, VENV, fairseq_env, machine_of_run
+from vs_fairseq_common import ROOT, fairseq_cases, machine_of_run, max_diff
 
 SIDE = ROOT / "bench" / "conv_layers_fairseq_side.py"
 LAYERS = ("lightweight", "dynamic")
@@ -131,25 +129,6 @@ def convseq_side(case: dict[str, Any], layer: nn.Module, x: torch.Tensor) -> dic
     return out
 
 
-def fairseq_side(cases: list[dict[str, Any]], threads: int) -> list[dict[str, Any]]:
-    """fairseq's outputs of the same cases, from its own process and venv."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cases_path, out_path = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
-        torch.save(cases, cases_path)
-        cmd = [str(VENV / "bin" / "python"), str(SIDE), "--cases", str(cases_path)]
-        cmd += ["--out", str(out_path), "--threads", str(threads)]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=fairseq_env(threads), check=False
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"fairseq side failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-        return torch.load(out_path, weights_only=True)
-
-
-def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
-
-
 def compare(mine: dict[str, Any], theirs: dict[str, Any] | None) -> dict[str, Any]:
     """One row: the largest absolute differences (dry: convseq's forms against its unfold)."""
     ref = mine["unfold"] if theirs is None else theirs["unfold"]
@@ -218,7 +197,7 @@ def main() -> None:
             {**case, "kwargs": layer_kwargs(case), "state": layer.state_dict(), "x": x,
              "chunks": chunk_sizes(case["T"])}
         )  # fmt: skip
-    theirs = [None] * len(cases) if args.dry_run else fairseq_side(built, args.threads)
+    theirs = [None] * len(cases) if args.dry_run else fairseq_cases(SIDE, built, args.threads)
     rows = [
         {"case": case, "diff": compare(m, t)}
         for case, m, t in zip(cases, mine, theirs, strict=True)

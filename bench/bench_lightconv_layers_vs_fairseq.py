@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import torch
 from convseq.modules.lightconv_layer import LightConvDecoderLayer
 
 # bench/, beside this script (on sys.path as a script)
-from vs_fairseq_common import ROOT, VENV, fairseq_env, machine_of_run
+from vs_fairseq_common import ROOT, fairseq_cases, machine_of_run, max_diff
 
 SIDE = ROOT / "bench" / "lightconv_layers_fairseq_side.py"
 SIZE = {"E": 32, "CONV": 32, "FFN": 64, "H": 4, "B": 3, "S": 5}
@@ -86,24 +84,6 @@ def convseq_side(layer: LightConvDecoderLayer, inputs: dict[str, Any]) -> dict[s
     return out
 
 
-def fairseq_side(cases: list[dict[str, Any]], threads: int) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        cases_path, out_path = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
-        torch.save(cases, cases_path)
-        cmd = [str(VENV / "bin" / "python"), str(SIDE), "--cases", str(cases_path)]
-        cmd += ["--out", str(out_path), "--threads", str(threads)]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=fairseq_env(threads), check=False
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"fairseq side failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-        return torch.load(out_path, weights_only=True)
-
-
-def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
-
-
 def compare(mine: dict[str, Any], theirs: dict[str, Any] | None) -> dict[str, float | None]:
     """One row (dry: convseq's one step at a time against its own untrimmed forward)."""
     if theirs is None:
@@ -142,7 +122,7 @@ def main() -> None:
         layer, inputs = build(case, args.seed + i)
         mine.append(convseq_side(layer, inputs))
         built.append({**case, **inputs, "state": layer.state_dict()})
-    theirs = [None] * len(cases) if args.dry_run else fairseq_side(built, args.threads)
+    theirs = [None] * len(cases) if args.dry_run else fairseq_cases(SIDE, built, args.threads)
     rows = [{"case": c, "diff": compare(m, t)} for c, m, t in zip(cases, mine, theirs, strict=True)]
     if args.dry_run:
         print("dry run: convseq's one step at a time against its untrimmed forward (no fairseq)")

@@ -11,8 +11,8 @@ position at a time through its incremental state (fp32).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+
+from fairseq_cases_side import serve  # bench/, beside this script
 
 
 def run_case(case: dict) -> dict:
@@ -47,24 +47,5 @@ def run_case(case: dict) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-
-    import torch
-
-    torch.set_num_threads(args.threads)
-    cases = torch.load(args.cases, weights_only=True)
-    torch.save([run_case(case) for case in cases], args.out)
-    print(json.dumps({"cases": len(cases)}))
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # reported, not hidden: the driver prints it as this side's result
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-        sys.exit(3)
+    serve(run_case, __doc__.split("\n")[0])

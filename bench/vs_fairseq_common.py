@@ -72,3 +72,28 @@ def report(title: str, runs: dict[str, list[dict]], key: str, args: argparse.Nam
         f"{min(paired):.2f}-{max(paired):.2f})"
     )
     return out
+
+
+def fairseq_cases(side: Path, cases: list[dict[str, Any]], threads: int) -> list[dict[str, Any]]:
+    """fairseq's outputs of `cases` from the case script `side` (`fairseq_cases_side.serve`), run
+    in its own process with the fairseq venv's Python."""
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cases_path, out_path = Path(tmp) / "cases.pt", Path(tmp) / "out.pt"
+        torch.save(cases, cases_path)
+        cmd = [str(VENV / "bin" / "python"), str(side), "--cases", str(cases_path)]
+        cmd += ["--out", str(out_path), "--threads", str(threads)]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=fairseq_env(threads), check=False
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"fairseq side failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        return torch.load(out_path, weights_only=True)
+
+
+def max_diff(a: Any, b: Any) -> float:
+    """The largest absolute difference of two tensors."""
+    return (a - b).abs().max().item()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -32,13 +34,6 @@ def test_dry_run_prints_the_machine_line_and_agreeing_forms(tmp_path):
         assert all(d < 1e-6 for d in diffs), row  # the forms agree with the unfold form
 
 
-def test_fairseq_side_imports_no_convseq():
-    tree = ast.parse((BENCH / "conv_layers_fairseq_side.py").read_text(encoding="utf-8"))
-    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
-    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not any(name.startswith("convseq") for name in names)
-
-
 def test_layer_dry_run_decodes_as_the_untrimmed_forward(tmp_path):
     out = tmp_path / "layers.json"
     proc = subprocess.run(
@@ -54,8 +49,14 @@ def test_layer_dry_run_decodes_as_the_untrimmed_forward(tmp_path):
     assert row["case"]["T"] < row["case"]["K"] and row["diff"]["steps"] < 1e-6
 
 
-def test_layer_fairseq_side_imports_no_convseq():
-    tree = ast.parse((BENCH / "lightconv_layers_fairseq_side.py").read_text(encoding="utf-8"))
+@pytest.mark.parametrize(
+    "side",
+    ["conv_layers_fairseq_side.py", "lightconv_layers_fairseq_side.py", "fairseq_cases_side.py"],
+)
+def test_the_fairseq_side_imports_no_convseq(side):
+    """They run with the fairseq venv's Python, which has no convseq."""
+    tree = ast.parse((BENCH / side).read_text(encoding="utf-8"))
     names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(name.startswith("convseq") for name in names)
+    assert side == "fairseq_cases_side.py" or "fairseq_cases_side" in names  # one home

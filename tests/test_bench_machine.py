@@ -112,7 +112,11 @@ def test_machine_of_this_process():
 # Every script under bench/ that prints figures, and the helpers that print none of their own.
 HELPERS = {"machine.py", "search_inputs.py", "search_baseline.py", "fairseq_side.py"}
 # fairseq's halves of the layer comparisons (run in its venv; their drivers print the line)
-HELPERS |= {"conv_layers_fairseq_side.py", "lightconv_layers_fairseq_side.py"}
+HELPERS |= {
+    "conv_layers_fairseq_side.py",
+    "lightconv_layers_fairseq_side.py",
+    "fairseq_cases_side.py",
+}
 # gpu_check.py's parts: it prints the machine line for all of them
 HELPERS |= {"gpu_common.py", "gpu_parity.py", "gpu_runpy.py", "gpu_train.py", "gpu_translate.py"}
 BENCHMARKS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
