@@ -224,3 +224,17 @@ def test_dynamic_short_target_is_fairseqs_exception() -> None:
                 1,
             )
         assert torch.allclose(inc, full, atol=1e-5, rtol=1e-5) == same, conv_type
+
+
+def test_encoder_and_decoder_built_alone_take_fairseqs_derived_settings():
+    """Built from a config that was not resolved, they fill in what fairseq derives (one home:
+    LightConvConfig.resolved): weight dropout from attention dropout, the decoder's sizes."""
+    from convseq.models.lightconv import LightConvDecoder, LightConvEncoder
+
+    cfg = tiny(attention_dropout=0.3)
+    assert cfg.weight_dropout is None and cfg.decoder_embed_dim is None  # left to be derived
+    embed = torch.nn.Embedding(11, cfg.encoder_embed_dim, padding_idx=1)
+    encoder, decoder = LightConvEncoder(cfg, embed), LightConvDecoder(cfg, embed)
+    assert {layer.conv.weight_dropout for layer in [*encoder.layers, *decoder.layers]} == {0.3}
+    assert decoder.layers[0].linear2.out_features == cfg.encoder_embed_dim
+    assert decoder.project_out_dim is None  # the output width is the embedding width

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +67,7 @@ class LightConvEncoder(nn.Module):
 
     def __init__(self, cfg: LightConvConfig, embed_tokens: nn.Embedding):
         super().__init__()
+        cfg = cfg.resolved()  # the sizes fairseq derives, filled in by their one home
         dim = embed_tokens.embedding_dim
         self.dropout = cfg.dropout
         self.padding_idx = int(embed_tokens.padding_idx)  # type: ignore[arg-type]
@@ -80,18 +81,14 @@ class LightConvEncoder(nn.Module):
         self.layers = nn.ModuleList(
             LightConvEncoderLayer(
                 dim,
-                cfg.encoder_conv_dim or dim,
+                cfg.encoder_conv_dim,
                 cfg.encoder_ffn_embed_dim,
                 kernel,
                 cfg.encoder_attention_heads,
                 conv_type=cfg.encoder_conv_type,
                 glu=cfg.encoder_glu,
-                weight_softmax=cfg.weight_softmax,
-                weight_dropout=float(cfg.weight_dropout or 0.0),
-                dropout=cfg.dropout,
-                relu_dropout=cfg.relu_dropout,
-                input_dropout=cfg.input_dropout,
                 normalize_before=cfg.encoder_normalize_before,
+                **_block_settings(cfg),
             )
             for kernel in cfg.encoder_kernel_size_list
         )
@@ -113,24 +110,31 @@ class LightConvEncoder(nn.Module):
         return LightConvEncoderOut(x, mask)
 
 
+def _block_settings(cfg: LightConvConfig) -> dict[str, Any]:
+    """What encoder and decoder layers take alike from a resolved config: the kernel softmax
+    and DropConnect, and the dropouts."""
+    return {
+        "weight_softmax": cfg.weight_softmax,
+        "weight_dropout": float(cfg.weight_dropout),
+        "dropout": cfg.dropout,
+        "relu_dropout": cfg.relu_dropout,
+        "input_dropout": cfg.input_dropout,
+    }
+
+
 def _decoder_layer(cfg: LightConvConfig, kernel: int) -> LightConvDecoderLayer:
-    """One decoder layer with the decoder's settings and kernel size ``kernel``."""
-    dim = int(cfg.decoder_embed_dim or cfg.encoder_embed_dim)
+    """One decoder layer with a resolved config's decoder settings and kernel size ``kernel``."""
     return LightConvDecoderLayer(
-        dim,
-        int(cfg.decoder_conv_dim or dim),
-        int(cfg.decoder_ffn_embed_dim or cfg.encoder_ffn_embed_dim),
+        cfg.decoder_embed_dim,
+        cfg.decoder_conv_dim,
+        cfg.decoder_ffn_embed_dim,
         kernel,
         cfg.decoder_attention_heads,
         conv_type=cfg.decoder_conv_type,
         glu=cfg.decoder_glu,
-        weight_softmax=cfg.weight_softmax,
-        weight_dropout=float(cfg.weight_dropout or 0.0),
-        dropout=cfg.dropout,
-        relu_dropout=cfg.relu_dropout,
-        input_dropout=cfg.input_dropout,
         attention_dropout=cfg.attention_dropout,
         normalize_before=cfg.decoder_normalize_before,
+        **_block_settings(cfg),
     )
 
 
@@ -141,9 +145,9 @@ class LightConvDecoder(nn.Module):
 
     def __init__(self, cfg: LightConvConfig, embed_tokens: nn.Embedding):
         super().__init__()
+        cfg = cfg.resolved()  # the sizes fairseq derives, filled in by their one home
         in_dim = embed_tokens.embedding_dim
-        dim = int(cfg.decoder_embed_dim or cfg.encoder_embed_dim)
-        out_dim = int(cfg.decoder_output_dim or dim)
+        dim, out_dim = cfg.decoder_embed_dim, cfg.decoder_output_dim
         self.dropout = cfg.dropout
         self.padding_idx = int(embed_tokens.padding_idx)  # type: ignore[arg-type]
         self.embed_tokens = embed_tokens
@@ -238,7 +242,7 @@ class LightConvModel(nn.Module):
                 raise ValueError("share_all_embeddings needs one joined dictionary")
             dec_embed = enc_embed
         else:
-            dec_embed = make_embedding(tgt_vocab_size, int(cfg.decoder_embed_dim or 0), pad)
+            dec_embed = make_embedding(tgt_vocab_size, cfg.decoder_embed_dim, pad)
         return cls(LightConvEncoder(cfg, enc_embed), LightConvDecoder(cfg, dec_embed), cfg)
 
     def forward(
