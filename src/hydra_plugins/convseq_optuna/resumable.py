@@ -33,7 +33,6 @@ class ResumableOptunaSweeper(Sweeper):
             from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
         except ImportError as e:
             raise SearchError(f"the Optuna sweeper needs its packages: run `{INSTALL}`") from e
-        self.settings = settings
         self.impl = OptunaSweeperImpl(**settings)
         self.config: DictConfig | None = None
 
@@ -54,11 +53,12 @@ class ResumableOptunaSweeper(Sweeper):
         )
 
         try:
+            impl = self.impl  # the plugin's settings, as its own config typed and defaulted them
             state = resume_study(
-                self.settings.get("storage"),
-                self.settings.get("study_name"),
-                self.settings.get("direction"),
-                int(self.settings.get("n_trials", 0)),
+                impl.storage,
+                impl.study_name,
+                impl.direction,
+                int(impl.n_trials),
                 settings=study_settings(self.config) if self.config is not None else None,
             )
         except SearchError as e:  # one line and exit status 2, as check_search's refusals
