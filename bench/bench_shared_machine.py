@@ -136,11 +136,11 @@ def wait_line(printed: str) -> str:
     return lines[-1].split("convseq: ", 1)[-1].strip() if lines else "?"
 
 
-def one_round(part: dict[str, Any], env: dict[str, str], work: Path, tag: str) -> dict[str, Any]:
-    """The run alone and two together, in `tag`'s order; each run's figure."""
-    order = (
-        ("alone", "together") if tag.endswith(("0", "2", "4", "6", "8")) else ("together", "alone")
-    )
+def one_round(
+    part: dict[str, Any], env: dict[str, str], work: Path, tag: str, alone_first: bool
+) -> dict[str, Any]:
+    """The run alone and two together (the run alone first or last); each run's figure."""
+    order = ("alone", "together") if alone_first else ("together", "alone")
     figures: dict[str, Any] = {}
     for name in order:
         outs = [work / f"{tag}-{name}-{i}" for i in range(1 if name == "alone" else 2)]
@@ -209,7 +209,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             names = list(arms) if r % 2 == 0 else list(reversed(arms))  # alternate the arms too
             for name in names:
                 tag = f"{part_name}-{name}-r{r}"
-                got = one_round(part, child_env(arms[name], cache), work, tag)
+                got = one_round(part, child_env(arms[name], cache), work, tag, r % 2 == 0)
                 rounds[name].append(got)
                 print(
                     f"  {tag}: alone {got['alone'][0]:.1f} s, together {got['together']}",

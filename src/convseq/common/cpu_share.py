@@ -34,6 +34,7 @@ EVERY_SECONDS = (
     0.5  # how often the watcher looks (a window of that length: ~100 clock ticks on 2 CPUs)
 )
 STAT = "/proc/stat"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/stat's per second
 # /proc/stat's per-CPU fields: user nice system idle iowait irq softirq steal guest guest_nice;
 # busy = user + nice + system + irq + softirq (guest time is inside user; steal, the
 # hypervisor's, is no process's here)
@@ -125,8 +126,7 @@ class CpuShare:
         self._last = now
         if t1 - t0 <= 0:
             return self.wanted
-        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.others = max(0.0, ((b1 - b0) / hz - (o1 - o0)) / (t1 - t0))
+        self.others = max(0.0, ((b1 - b0) / CLOCK_TICKS - (o1 - o0)) / (t1 - t0))
         free = free_threads(self.others, len(self.cpus), self.most)
         # fewer at once; more only when two looks in a row agree (a pause of the other work
         # between two of its steps is not its end)
