@@ -165,7 +165,7 @@ def test_incremental_equals_teacher_forced(conv_type: str, chunks: list[int]) ->
     model = LightConvModel.build(tiny(conv_type, decoder_learned_pos=True), 11, 13).eval()
     src, prev = batch()
     with torch.no_grad():
-        full, _ = model(src, prev)  # (B, T, V)
+        full, _ = model(src, None, prev)  # (B, T, V)
         enc = model.encoder(src)
         state: dict[str, object] = {}
         steps, end = [], 0
@@ -186,7 +186,9 @@ def test_source_padding_leaves_real_positions_alone(conv_type: str) -> None:
     with torch.no_grad():
         enc, enc_padded = model.encoder(src), model.encoder(padded)
         torch.testing.assert_close(enc_padded.encoder_out[3:], enc.encoder_out, atol=1e-5, rtol=0)
-        torch.testing.assert_close(model(padded, prev)[0], model(src, prev)[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            model(padded, None, prev)[0], model(src, None, prev)[0], atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("conv_type", ["lightweight", "dynamic"])
@@ -196,7 +198,7 @@ def test_reorder_moves_the_state(conv_type: str) -> None:
     src, prev = batch()
     order = torch.tensor([2, 0, 0])
     with torch.no_grad():
-        full, _ = model(src[order], prev[order])
+        full, _ = model(src[order], None, prev[order])
         enc = model.encoder(src)
         state: dict[str, object] = {}
         first, _ = model.decoder(prev[:, :4], enc, incremental_state=state)
@@ -217,7 +219,7 @@ def test_dynamic_short_target_is_fairseqs_exception() -> None:
         torch.manual_seed(0)
         model = LightConvModel.build(tiny(conv_type), 11, 13).eval()
         with torch.no_grad():
-            full, _ = model(src, short)
+            full, _ = model(src, None, short)
             enc, state = model.encoder(src), {}
             inc = torch.cat(
                 [model.decoder(short[:, :t], enc, incremental_state=state)[0] for t in (1, 2, 3)],

@@ -74,12 +74,14 @@ PARAMS = {
 
 
 def _load(name: str) -> FConvConfig:
-    node = OmegaConf.merge(OmegaConf.structured(FConvConfig), OmegaConf.load(CONF / f"{name}.yaml"))
+    preset = OmegaConf.load(CONF / f"{name}.yaml")
+    assert list(preset.pop("defaults")) == ["schema/fconv@_here_", "_self_"]
+    node = OmegaConf.merge(OmegaConf.structured(FConvConfig), preset)
     return OmegaConf.to_object(node)
 
 
 def test_every_preset_file_is_listed():
-    assert sorted(p.stem for p in CONF.glob("*.yaml")) == sorted(PARAMS)
+    assert sorted(p.stem for p in CONF.glob("fconv*.yaml")) == sorted(PARAMS)
 
 
 @pytest.mark.parametrize("name", sorted(FAIRSEQ))

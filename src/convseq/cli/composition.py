@@ -159,7 +159,7 @@ def _compose(conf_dir: str | Path, lines: list[str], task: str) -> DictConfig:
     except (OmegaConfBaseException, AssertionError) as e:  # Hydra's, unwrapped
         message = f"{' '.join(lines)}: cannot compose it: {type(e).__name__}: {one_line(str(e))}"
         raise ConfigValueError(message) from e
-    check_keys(cfg, schema_tree(TASK_CONFIGS[task]), task)
+    check_keys(cfg, schema_tree(TASK_CONFIGS[task], cfg), task)
     return cfg
 
 

@@ -46,16 +46,33 @@ class ConfigKeyError(ConvseqError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def schema_tree(schema: type) -> SchemaTree:
+def schema_tree(schema: type, cfg: Any = None) -> SchemaTree:
     """The keys of `schema` (a dataclass), nested; None marks a node that takes any key.
 
     An open field whose metadata names a schema (``metadata={"schema": DataConfig}``: the data
-    settings of a task that reads a checkpoint) has that schema's keys.
+    settings of a task that reads a checkpoint) has that schema's keys. A field typed by its
+    value (``schema_of``: the `model` node, whose keys are its family's) has the keys of the
+    schema `cfg`'s value names, or without `cfg` those of all its schemas together.
     """
     tree: SchemaTree = {}
     for f in dataclasses.fields(schema):
+        if "schema_of" in f.metadata:
+            tree[f.name] = _family_tree(f, cfg)
+            continue
         kind = keys_schema(f) or _dataclass_of(f)
         tree[f.name] = schema_tree(kind) if kind is not None else None
+    return tree
+
+
+def _family_tree(f: dataclasses.Field, composed: Any) -> SchemaTree:
+    """The keys of field `f`'s schema for the value it has in `composed`, else of them all."""
+    has = isinstance(composed, (Mapping, DictConfig)) and f.name in composed
+    value = composed[f.name] if has else None
+    if isinstance(value, (Mapping, DictConfig)):
+        return schema_tree(f.metadata["schema_of"](value))
+    tree: SchemaTree = {}
+    for kind in f.metadata["schemas"]:
+        tree.update(schema_tree(kind))
     return tree
 
 

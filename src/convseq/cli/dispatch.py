@@ -52,7 +52,7 @@ def dispatch(cfg: DictConfig | Mapping[str, Any] | Any) -> Any:
                     f"convseq: unknown task={task!r}; choose one of: "
                     f"{', '.join(sorted(TASK_MODULES))}"
                 )
-            check_keys(cfg, schema_tree(TASK_CONFIGS[task]), task)
+            check_keys(cfg, schema_tree(TASK_CONFIGS[task], cfg), task)
         config = as_config(cfg)
         trainer = getattr(config, "trainer", None)
         if trainer is not None:  # every rank too (Lightning's DDP ranks run this): CUDA fp32

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
+from convseq.models.family import FAMILIES
 from convseq.optim.config import OPTIMIZER_DEFAULTS
 from convseq.tasks.config import TASK_CONFIGS, keys_schema
 
@@ -71,9 +72,22 @@ def register_configs() -> None:
             OmegaConf.register_new_resolver(name, fn)
     store = ConfigStore.instance()
     for task, schema in TASK_CONFIGS.items():  # what conf/<task>.yaml starts from
-        store.store(name=f"{task}_schema", node=schema)
+        store.store(name=f"{task}_schema", node=_open_family_nodes(schema))
+    for family in FAMILIES.values():  # what conf/model/<preset>.yaml starts from
+        store.store(group="model/schema", name=family.name, node=family.config)
     for name, defaults in OPTIMIZER_DEFAULTS.items():  # what conf/optim/<name>.yaml starts from
         store.store(group="optim/defaults", name=name, node=defaults)
+
+
+def _open_family_nodes(schema: type) -> DictConfig:
+    """`schema` as a node whose fields that hold a family's config (`MODEL_KEYS`) are left
+    unset, so that the preset's own schema (``schema/<family>@_here_`` in its defaults list)
+    types them: a LightConv preset is not merged onto FConvConfig's keys."""
+    node = OmegaConf.structured(schema)
+    for f in dataclasses.fields(schema):
+        if "schema_of" in f.metadata:
+            node[f.name] = MISSING
+    return node
 
 
 def config_name(overrides: Sequence[str]) -> str:

@@ -93,6 +93,9 @@ def typed(
     An instance is returned as it is (no copy); a mapping or DictConfig is merged onto the
     schema's defaults and checked: an unknown key or a value of the wrong type raises `error`
     naming the key (under the prefix `where`, e.g. ``"model"``), with the known keys.
+
+    A field whose metadata has ``schema_of`` (a function of the field's value that returns a
+    dataclass: `convseq.models.family.MODEL_KEYS`) is typed by the schema its value names.
     """
     if isinstance(value, schema):
         return value
@@ -100,14 +103,16 @@ def typed(
         if isinstance(value, DictConfig) and OmegaConf.get_type(value) is schema:
             return OmegaConf.to_object(value)  # type: ignore[return-value]  # composed on it
         node = OmegaConf.structured(schema)
+        held: dict[str, Any] = {}
         if value is not None:
             if not isinstance(value, (Mapping, DictConfig)):
                 raise error(
                     f"{where or schema.__name__}: expected a {schema.__name__} or a mapping of "
                     f"its keys, got {type(value).__name__}"
                 )
+            value, held = _hold_open_fields(schema, value)
             node = OmegaConf.merge(node, value)
-        return OmegaConf.to_object(node)  # type: ignore[return-value]
+        result = OmegaConf.to_object(node)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", "") or ""
         name = f"{where}.{key}" if where and key else (key or where or schema.__name__)
@@ -121,6 +126,29 @@ def typed(
             parent = ".".join(p for p in (where, key.rpartition(".")[0]) if p)
             detail += f"; the keys of {parent or node.__name__} are {known}"
         raise error(f"{name}: {detail}") from e
+    for name, held_value in held.items():  # each typed by the schema its value names
+        kind = _field(schema, name).metadata["schema_of"](held_value)
+        prefix = f"{where}.{name}" if where else name
+        setattr(result, name, typed(kind, held_value, prefix, error))
+    return result  # type: ignore[return-value]
+
+
+def _field(schema: type, name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(schema) if f.name == name)
+
+
+def _hold_open_fields(
+    schema: type, value: Mapping[str, Any] | DictConfig
+) -> tuple[Mapping[str, Any] | DictConfig, dict[str, Any]]:
+    """`value` without the fields `schema` types by their value (``schema_of``), and those."""
+    names = {f.name for f in dataclasses.fields(schema) if "schema_of" in f.metadata}
+    if not names.intersection(value.keys()):
+        return value, {}
+    if isinstance(value, DictConfig):  # its parts apart: interpolations resolved first
+        value = OmegaConf.to_container(value, resolve=True)  # type: ignore[assignment]
+    held = {k: value[k] for k in names if k in value}
+    rest = {k: v for k, v in value.items() if k not in names}
+    return rest, held
 
 
 def plain(value: Any) -> Any:

@@ -24,9 +24,9 @@ from convseq.checkpoints.fairseq import load_fairseq
 from convseq.checkpoints.io import BEST, CHECKPOINT_DIR, LAST, TEXT_KEY, find_checkpoint
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
-from convseq.models.fconv import FConvModel
+from convseq.models.family import build_model
 
-MODEL_PREFIX = "model."  # the LightningModule's name for the FConvModel in its state dict
+MODEL_PREFIX = "model."  # the LightningModule's name for its model in its state dict
 FOLDER_ORDER = (BEST, LAST)  # what ckpt=<run folder> reads: the first of these that is there
 
 
@@ -90,11 +90,11 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> L
     """The model of a convseq training checkpoint (a `ConvSeqModule`'s), in eval mode.
 
     Built from the checkpoint's plain hyperparameters (model config and vocabularies) as the
-    LightningModule builds it (`FConvModel.build` over the dictionaries' sizes); its weights are the state dict's ``model.*`` entries, loaded
+    LightningModule builds it (`convseq.models.family.build_model` over the dictionaries' sizes); its weights are the state dict's ``model.*`` entries, loaded
     strictly, so a checkpoint that does not match the model it describes is refused.
 
     Raises:
-        CheckpointError: the hyperparameters or weights do not describe an fconv model.
+        CheckpointError: the hyperparameters or weights do not describe a model of a known family.
     """
     hp = ckpt["hyper_parameters"]
     try:
@@ -102,7 +102,7 @@ def model_from_checkpoint(ckpt: Mapping[str, Any], path: str | os.PathLike) -> L
             Dictionary.from_list(hp["src_vocab"]),
             Dictionary.from_list(hp["tgt_vocab"]),
         )
-        model = FConvModel.build(hp["model"], len(src_dict), len(tgt_dict), tgt_dict.pad())
+        model = build_model(hp["model"], len(src_dict), len(tgt_dict), tgt_dict.pad())
         weights = {
             name[len(MODEL_PREFIX) :]: value
             for name, value in ckpt["state_dict"].items()

@@ -21,6 +21,7 @@ class FConvConfig:
     """
 
     arch: str = "fconv"  # preset name, for display and checkpoints
+    family: str = "fconv"  # the model family (`convseq.models.family`); set by the presets
     dropout: float = 0.1  # fairseq's --dropout (no preset sets it; the recipes pass 0.1-0.2)
     encoder_embed_dim: int = 512  # token and position embedding size of the encoder
     encoder_layers: Any = (

@@ -10,8 +10,10 @@ differ). Sinusoidal positions have no state_dict entry, as in fairseq 0.12.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -73,6 +75,7 @@ class LightConvEncoder(nn.Module):
         self.padding_idx = int(embed_tokens.padding_idx)  # type: ignore[arg-type]
         self.embed_tokens = embed_tokens
         self.embed_scale = math.sqrt(dim)
+        self.max_source_positions = cfg.max_source_positions
         self.embed_positions = None
         if not cfg.no_token_positional_embeddings:
             self.embed_positions = make_positions_module(
@@ -95,8 +98,11 @@ class LightConvEncoder(nn.Module):
         self.register_buffer("version", torch.Tensor([2]))
         self.layer_norm = nn.LayerNorm(dim) if cfg.encoder_normalize_before else None
 
-    def forward(self, src_tokens: torch.Tensor) -> LightConvEncoderOut:
-        """(B, S) source tokens -> (S, B, E) states and the (B, S) pad mask (None if no pad)."""
+    def forward(
+        self, src_tokens: torch.Tensor, src_lengths: torch.Tensor | None = None
+    ) -> LightConvEncoderOut:
+        """(B, S) source tokens -> (S, B, E) states and the (B, S) pad mask (None if no pad).
+        ``src_lengths`` is not read (the pad mask comes from the tokens), as in fairseq."""
         x = self.embed_scale * self.embed_tokens(src_tokens)  # (B, S, E)
         if self.embed_positions is not None:
             x = x + self.embed_positions(src_tokens)  # (B, S, E)
@@ -108,6 +114,16 @@ class LightConvEncoder(nn.Module):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return LightConvEncoderOut(x, mask)
+
+    def reorder_encoder_out(
+        self, encoder_out: LightConvEncoderOut, new_order: torch.Tensor
+    ) -> LightConvEncoderOut:
+        """The encoder output with row ``i`` taken from row ``new_order[i]``."""
+        return encoder_out.reorder(new_order)
+
+    def max_positions(self) -> int:
+        """The longest source (tokens, EOS included) the positions can number."""
+        return self.max_source_positions
 
 
 def _block_settings(cfg: LightConvConfig) -> dict[str, Any]:
@@ -153,6 +169,7 @@ class LightConvDecoder(nn.Module):
         self.embed_tokens = embed_tokens
         self.embed_scale = math.sqrt(dim)
         self.project_in_dim = nn.Linear(in_dim, dim, bias=False) if in_dim != dim else None
+        self.max_target_positions = cfg.max_target_positions
         self.embed_positions = None
         if not cfg.no_token_positional_embeddings:
             self.embed_positions = make_positions_module(
@@ -219,6 +236,27 @@ class LightConvDecoder(nn.Module):
         for layer in self.layers:
             layer.reorder_incremental_state(incremental_state, new_order)
 
+    @property
+    def need_attn(self) -> bool:
+        """Whether forward returns the last layer's attention in eval mode (every layer's flag)."""
+        return all(layer.need_attn for layer in self.layers)
+
+    @need_attn.setter
+    def need_attn(self, value: bool) -> None:
+        for layer in self.layers:
+            layer.need_attn = value
+
+    def max_positions(self) -> int:
+        """The longest decoder input the positions can number."""
+        return self.max_target_positions
+
+    def get_normalized_probs(
+        self, net_output: tuple[torch.Tensor, object], log_probs: bool = True
+    ) -> torch.Tensor:
+        """(Log-)probabilities of the (B, T, V) logits in ``net_output``, in fp32 (fairseq's)."""
+        logits = net_output[0].float()
+        return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
+
 
 class LightConvModel(nn.Module):
     """fairseq's LightConvModel: `LightConvEncoder` and `LightConvDecoder`."""
@@ -246,8 +284,59 @@ class LightConvModel(nn.Module):
         return cls(LightConvEncoder(cfg, enc_embed), LightConvDecoder(cfg, dec_embed), cfg)
 
     def forward(
-        self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor
+        self,
+        src_tokens: torch.Tensor,
+        src_lengths: torch.Tensor | None,
+        prev_output_tokens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher forcing: (B, S) source and (B, T) decoder input -> (B, T, V) logits and the
-        (B, T, S) attention of the last layer (None in training)."""
-        return self.decoder(prev_output_tokens, self.encoder(src_tokens))
+        """Teacher forcing: (B, S) left-padded source, its (B,) lengths and the (B, T) decoder
+        input -> (B, T, V) logits and the (B, T, S) attention of the last layer (None in
+        training). The arguments are `FConvModel.forward`'s, so a batch feeds either family."""
+        return self.decoder(prev_output_tokens, self.encoder(src_tokens, src_lengths))
+
+    def get_normalized_probs(
+        self, net_output: tuple[torch.Tensor, object], log_probs: bool = True
+    ) -> torch.Tensor:
+        """(Log-)probabilities of the decoder's output, in fp32."""
+        return self.decoder.get_normalized_probs(net_output, log_probs)
+
+    def reorder_encoder_out(
+        self, encoder_out: LightConvEncoderOut, new_order: torch.Tensor
+    ) -> LightConvEncoderOut:
+        """The encoder output with row ``i`` taken from row ``new_order[i]``."""
+        return self.encoder.reorder_encoder_out(encoder_out, new_order)
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: torch.Tensor
+    ) -> None:
+        """Reorder every decoder layer's cache (beam moves)."""
+        self.decoder.reorder_incremental_state(incremental_state, new_order)
+
+    def max_positions(self) -> tuple[int, int]:
+        """(longest source, longest target) in tokens, EOS included."""
+        return self.encoder.max_positions(), self.decoder.max_positions()
+
+    @contextlib.contextmanager
+    def generation_mode(
+        self,
+        beam_size: int | None = None,
+        fold_weight_norm: bool = True,
+        need_attn: bool | None = None,
+    ) -> Iterator[LightConvModel]:
+        """Eval mode, no autograd and ``need_attn`` set for a search; all restored on exit.
+
+        ``beam_size`` and ``fold_weight_norm`` are fconv's fast paths (beamable products,
+        weight-norm folding); this family has neither, so they change nothing here.
+        """
+        modes = [(m, m.training) for m in self.modules()]
+        old_need_attn = self.decoder.need_attn
+        with torch.no_grad():
+            try:
+                self.eval()
+                if need_attn is not None:
+                    self.decoder.need_attn = need_attn
+                yield self
+            finally:
+                for m, training in modes:
+                    m.training = training
+                self.decoder.need_attn = old_need_attn

@@ -19,6 +19,8 @@ DECODER_KERNELS = (3, 7, 15, 31, 31, 31)  # base_architecture's decoder_kernel_s
 class LightConvConfig:
     """fairseq's LightConv arguments; defaults are ``base_architecture``'s (``lightconv``)."""
 
+    arch: str = "lightconv"  # preset name, for display and checkpoints (fairseq's --arch)
+    family: str = "lightconv"  # the model family (`convseq.models.family`)
     encoder_embed_dim: int = 512  # encoder token embedding and layer width
     encoder_conv_dim: int | None = None  # encoder convolution channels (None: embed dim)
     encoder_ffn_embed_dim: int = 2048  # encoder feed-forward hidden width
@@ -138,4 +140,4 @@ def preset(name: str, **overrides: object) -> LightConvConfig:
     """The resolved config of fairseq's preset ``name``, with ``overrides`` applied first."""
     if name not in PRESETS:
         raise KeyError(f"unknown LightConv preset {name!r}; known: {sorted(PRESETS)}")
-    return LightConvConfig(**{**PRESETS[name], **overrides}).resolved()  # type: ignore[arg-type]
+    return LightConvConfig(arch=name, **{**PRESETS[name], **overrides}).resolved()  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from convseq.data.config import BatchingConfig, DataConfig
 from convseq.evaluation.config import ReportConfig
 from convseq.inference.options import GenConfig
 from convseq.models.config import FConvConfig
+from convseq.models.family import MODEL_KEYS
 from convseq.optim.config import AnnealConfig, OptimConfig
 
 __all__ = ["AmpConfig", "CheckpointConfig", "CriterionConfig", "TrainConfig"]
@@ -58,7 +59,9 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
-    model: FConvConfig = field(default_factory=FConvConfig)
+    # any family's config (FConvConfig, LightConvConfig): its keys are those of the family the
+    # preset names (`convseq.models.family`)
+    model: Any = field(default_factory=FConvConfig, metadata=MODEL_KEYS)
     optim: OptimConfig = field(default_factory=OptimConfig)
     anneal: AnnealConfig = field(default_factory=AnnealConfig)
     criterion: CriterionConfig = field(default_factory=CriterionConfig)

@@ -1,4 +1,4 @@
-"""`ConvSeqModule`: the fconv model, its loss, gradient normalisation and training figures.
+"""`ConvSeqModule`: a translation model (any family), its loss, gradient normalisation and training figures.
 
 Loss and gradients follow fairseq. `training_step` returns the loss *summed* over the batch's
 target tokens; once an update's micro-batches are all back-propagated, `on_before_optimizer_step`
@@ -37,8 +37,7 @@ import torch
 from convseq.common.config import plain, typed
 from convseq.data.dictionary import Dictionary
 from convseq.inference.translator import Translator, translator_of
-from convseq.models.config import FConvConfig, as_fconv_config
-from convseq.models.fconv import FConvModel
+from convseq.models.family import ModelConfig, build_model, model_config
 from convseq.optim.build import build_optimizer
 from convseq.optim.config import OptimConfig
 from convseq.training.amp import check_loss_scale
@@ -62,7 +61,8 @@ from convseq.training.nonfinite import non_finite_error
 
 
 class ConvSeqModule(ModuleCheckpoint, pl.LightningModule):
-    """fconv translation model trained with label-smoothed cross entropy.
+    """A translation model of any family (`convseq.models.family`) trained with label-smoothed
+    cross entropy.
 
     The configs may also come as plain mappings of their keys: the checkpoint's hyperparameters
     hold them so (``load_from_checkpoint`` passes them back), typed here once.
@@ -77,14 +77,14 @@ class ConvSeqModule(ModuleCheckpoint, pl.LightningModule):
 
     def __init__(
         self,
-        model: FConvConfig | Mapping[str, Any],
+        model: ModelConfig | Mapping[str, Any],
         src_vocab: Sequence[str],
         tgt_vocab: Sequence[str],
         optim: OptimConfig | Mapping[str, Any] | None = None,
         criterion: CriterionConfig | Mapping[str, Any] | None = None,
     ):
         super().__init__()
-        self.model_cfg = as_fconv_config(model)
+        self.model_cfg = model_config(model)
         self.optim_cfg = typed(OptimConfig, optim, "optim")
         self.criterion_cfg = typed(CriterionConfig, criterion, "criterion")
         # the hyperparameters are plain values (weights_only=True loads them)
@@ -98,7 +98,7 @@ class ConvSeqModule(ModuleCheckpoint, pl.LightningModule):
             Dictionary.from_list(tgt_vocab),
         )
         pad = self.tgt_dict.pad()
-        self.model = FConvModel.build(self.model_cfg, len(self.src_dict), len(self.tgt_dict), pad)
+        self.model = build_model(self.model_cfg, len(self.src_dict), len(self.tgt_dict), pad)
         self.criterion = LabelSmoothedCrossEntropy.from_config(self.criterion_cfg, pad)
 
         # Figures of the update being accumulated, of the current epoch, and of the last update.
@@ -142,7 +142,7 @@ class ConvSeqModule(ModuleCheckpoint, pl.LightningModule):
         src_lengths: torch.Tensor,
         prev_output_tokens: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher-forced (B, T, V) logits and attention (see `FConvModel.forward`)."""
+        """Teacher-forced (B, T, V) logits and attention (every family's ``forward``)."""
         return self.model(src_tokens, src_lengths, prev_output_tokens)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
