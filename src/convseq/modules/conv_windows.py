@@ -1,7 +1,8 @@
 """What the lightweight and dynamic convolutions share: the K-wide windows of a padded (T, B, C)
 input (the unfold form), the band matrix of per-row kernels (the band form), the cache of the last
-K - 1 inputs that incremental decoding keeps, the default choice between the two forms, and
-`HeadConv1dTBC`, the base class that holds both layers' settings and their cache.
+K - 1 inputs that incremental decoding keeps, the choice between the two forms (measured, see
+`choose_unfold`), and `HeadConv1dTBC`, the base class that holds both layers' settings and their
+cache.
 
 A convolution with ``padding_l`` taps left of the current position reads, for output t and tap k,
 input ``t - padding_l + k``; positions outside 0..T-1 read zeros.
@@ -9,7 +10,12 @@ input ``t - padding_l + k``; positions outside 0..T-1 read zeros.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,22 +23,146 @@ from torch import nn
 
 from convseq.modules.linearized_conv import IncrementalState
 
-# Above this length the band form is not chosen by default: its (N, T, T) matrix grows with the
-# square of the length (fairseq's DynamicConv1dTBC switches to unfold above 512 as well).
+# Above this length the band form is never measured nor chosen by default: its (N, T, T) matrix
+# grows with the square of the length (fairseq's DynamicConv1dTBC switches to unfold above 512).
 BAND_MAX_LENGTH = 512
+
+# How a full forward that was not told its form picks one: "measure" (time both forms once per
+# shape class and keep the faster, like cuDNN's benchmark mode), "length" (fairseq's rule,
+# `default_unfold`), or "band" / "unfold" (that form always). CONVSEQ_CONV_FORM sets it at import.
+FORM_MODES = ("measure", "length", "band", "unfold")
+_settings = {"mode": os.environ.get("CONVSEQ_CONV_FORM", "measure")}
+if _settings["mode"] not in FORM_MODES:
+    raise ValueError(f"CONVSEQ_CONV_FORM: one of {FORM_MODES}, got {_settings['mode']!r}")
+MEASURE_REPEATS = 3  # timed calls of each form (after one untimed), the fastest one counts
+
+
+class FormKey(NamedTuple):
+    """The shape class a measured choice holds for: where and how the convolution runs, its
+    kind and kernel size, the length and the B * H rows (each rounded up to a power of two), the
+    channels per head, whether a backward follows, and the thread count."""
+
+    device: str
+    dtype: torch.dtype
+    conv: str
+    kernel_size: int
+    length: int
+    rows: int
+    per_head: int
+    backward: bool
+    threads: int
+
+
+# The measured winners: True where the unfold form was the faster (one process, never saved).
+MEASURED: dict[FormKey, bool] = {}
+
+
+def set_conv_form(mode: str) -> str:
+    """Set how forms are chosen (one of `FORM_MODES`); returns the mode it replaces."""
+    if mode not in FORM_MODES:
+        raise ValueError(f"conv form: one of {FORM_MODES}, got {mode!r}")
+    old, _settings["mode"] = _settings["mode"], mode
+    return old
+
+
+@contextlib.contextmanager
+def conv_form(mode: str) -> Iterator[None]:
+    """`set_conv_form(mode)` for the ``with`` block, the previous mode restored after it."""
+    old = set_conv_form(mode)
+    try:
+        yield
+    finally:
+        set_conv_form(old)
 
 
 def default_unfold(length: int, incremental: bool = False) -> bool:
-    """Whether a forward that was not told which form to use takes the unfold form.
+    """fairseq's rule (the "length" mode): unfold when incremental or longer than 512.
 
-    Why: fairseq's rule, so that a default run computes what fairseq computes. An incremental
-    step holds only the new positions and the K - 1 inputs before them, which is the unfold
-    form's window and not a whole band; a long sequence would make the band matrix (B * H * T**2
-    numbers) quadratic in memory, where the unfold form holds B * C * T * K. Otherwise the band
-    form: one batched (T, T) @ (T, R) product, fast for sentence-length inputs. (A choice by
-    measured speed is to replace this rule.)
+    Why: an incremental step holds only the new positions and the K - 1 inputs before them,
+    which is the unfold form's window and not a whole band; a long sequence would make the band
+    matrix (B * H * T**2 numbers) quadratic in memory, where the unfold form holds B * C * T * K.
     """
     return incremental or length > BAND_MAX_LENGTH
+
+
+def bucket(n: int) -> int:
+    """``n`` rounded up to a power of two: one measurement serves a range of sizes."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def form_key(
+    conv: str, x: torch.Tensor, kernel_size: int, num_heads: int, backward: bool
+) -> FormKey:
+    """The `FormKey` of a (T, B, C) input ``x`` to a convolution of kind ``conv``."""
+    length, rows, channels = x.shape
+    return FormKey(
+        x.device.type, x.dtype, conv, kernel_size, bucket(length), bucket(rows * num_heads),
+        channels // num_heads, backward, torch.get_num_threads(),
+    )  # fmt: skip
+
+
+def choose_unfold(
+    key: FormKey,
+    length: int,
+    forms: tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]],
+    inputs: tuple[torch.Tensor, ...],
+) -> bool:
+    """Whether a full forward of ``length`` positions takes the unfold form.
+
+    ``forms`` are the (band, unfold) functions of ``inputs``; ``key`` names the shape class.
+    In "measure" mode the first call of a class times both (see `measure_forms`) and later calls
+    reuse the winner; lengths above `BAND_MAX_LENGTH` always unfold (the band is quadratic in
+    memory), and under tracing or compilation fairseq's rule decides (no timing in a graph).
+    """
+    mode = _settings["mode"]
+    if mode in ("band", "unfold"):
+        return mode == "unfold"
+    if mode == "length" or length > BAND_MAX_LENGTH or _tracing():
+        return default_unfold(length)
+    if key not in MEASURED:
+        MEASURED[key] = measure_forms(forms, inputs, key.backward)
+    return MEASURED[key]
+
+
+def _tracing() -> bool:
+    compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+    return torch.jit.is_scripting() or torch.jit.is_tracing() or compiling()
+
+
+def measure_forms(
+    forms: tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]],
+    inputs: tuple[torch.Tensor, ...],
+    backward: bool,
+) -> bool:
+    """Time the (band, unfold) ``forms`` on copies of ``inputs``; True if unfold was faster.
+
+    Each form runs once untimed, then `MEASURE_REPEATS` times alternately, forward and, with
+    ``backward``, a backward of its output; the fastest run of each is compared (the least
+    disturbed by other work). The random state is restored afterwards: the timing runs draw
+    dropout masks, and the model's own draws must not depend on whether a shape was new.
+    """
+    copies = tuple(t.detach().requires_grad_(backward) for t in inputs)
+    best = [float("inf"), float("inf")]
+    devices = [copies[0].device] if copies[0].device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.set_grad_enabled(backward):
+        for form in forms:
+            _run_form(form, copies, backward)
+        for _ in range(MEASURE_REPEATS):
+            for i, form in enumerate(forms):
+                best[i] = min(best[i], _run_form(form, copies, backward))
+    return best[1] < best[0]
+
+
+def _run_form(form: Callable[..., torch.Tensor], inputs: tuple, backward: bool) -> float:
+    """Seconds of one call of ``form`` (and its backward), the device synchronised."""
+    sync = torch.cuda.synchronize if inputs[0].device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    out = form(*inputs)
+    if backward:
+        out.backward(torch.ones_like(out))
+    sync()
+    return time.perf_counter() - start
 
 
 def padded_windows(x: torch.Tensor, kernel_size: int, padding_l: int) -> torch.Tensor:
@@ -129,6 +259,19 @@ class HeadConv1dTBC(nn.Module):
         self.weight_softmax = weight_softmax
         # names this module's entry in an incremental_state shared by the whole decoder
         self._state_key = f"{uuid.uuid4().hex}.input_buffer"
+
+    def _choose_unfold(
+        self,
+        forms: tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor]],
+        x: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> bool:
+        """`choose_unfold` for a full forward of (T, B, C) ``x`` with kernels (or their logits)
+        ``weights``: the (band, unfold) ``forms`` are functions of (x, weights)."""
+        backward = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad)
+        conv = type(self).__name__
+        key = form_key(conv, x, self.kernel_size, self.num_heads, backward)
+        return choose_unfold(key, x.size(0), forms, (x, weights))
 
     def _cached_windows(
         self, x: torch.Tensor, incremental_state: IncrementalState

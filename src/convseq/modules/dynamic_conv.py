@@ -113,7 +113,7 @@ class DynamicConv1dTBC(HeadConv1dTBC):
             incremental_state: the caller's decoding cache (the last K - 1 inputs); needs a
                 causal padding_l (K - 1).
             query: (T, B, query_size) predicting the kernels instead of x (not with in_proj).
-            unfold: the unfold form (True) or the band form (False); None: `default_unfold`.
+            unfold: the unfold form (True) or the band form (False); None: `choose_unfold`'s pick.
         """
         if query is not None and self.in_proj:
             raise ValueError("a separate query cannot be used with in_proj")
@@ -122,9 +122,10 @@ class DynamicConv1dTBC(HeadConv1dTBC):
             output = self._forward_incremental(x, logits, incremental_state)
         else:
             logits = self._trim_short(logits)  # the full forward only, as fairseq's
-            unfold = default_unfold(x.size(0)) if unfold is None else unfold
-            forward = self._forward_unfolded if unfold else self._forward_band
-            output = forward(x, logits)
+            forms = (self._forward_band, self._forward_unfolded)
+            if unfold is None:
+                unfold = self._choose_unfold(forms, x, logits)
+            output = forms[unfold](x, logits)  # (T, B, C)
         if self.conv_bias is not None:
             output = output + self.conv_bias  # (T, B, C)
         return output

@@ -85,20 +85,17 @@ class LightweightConv1dTBC(HeadConv1dTBC):
 
         With ``incremental_state``, ``x`` holds the next T positions (one or several) of a causal
         sequence whose earlier inputs the state remembers; the unfold form is always used then.
-        ``unfold`` None: `default_unfold` decides.
+        ``unfold`` None: the form `choose_unfold` picks (by measured speed by default).
         """
-        incremental = incremental_state is not None
-        if unfold is None:
-            unfold = default_unfold(x.size(0), incremental)
         kernel = self._kernel()  # (H, K)
         if incremental_state is not None:
             windows, _ = self._cached_windows(x, incremental_state)  # (T, B, C, K)
             out = self._contract_windows(windows, kernel)  # (T, B, C)
-        elif unfold:
-            windows = padded_windows(x, self.kernel_size, self.padding_l)  # (T, B, C, K)
-            out = self._contract_windows(windows, kernel)  # (T, B, C)
         else:
-            out = self._band_product(x, kernel)  # (T, B, C)
+            forms = (self._band_product, self._unfolded)
+            if unfold is None:
+                unfold = self._choose_unfold(forms, x, kernel)
+            out = forms[unfold](x, kernel)  # (T, B, C)
         if self.bias is not None:
             out = out + self.bias  # (T, B, C)
         return out
@@ -113,6 +110,11 @@ class LightweightConv1dTBC(HeadConv1dTBC):
         low = kernel.dtype in (torch.float16, torch.bfloat16)
         dtype = torch.float32 if low else kernel.dtype
         return torch.softmax(kernel, dim=1, dtype=dtype).type_as(kernel)  # (H, K)
+
+    def _unfolded(self, x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+        """(T, B, C) and (H, K) kernels -> (T, B, C): the unfold form."""
+        windows = padded_windows(x, self.kernel_size, self.padding_l)  # (T, B, C, K)
+        return self._contract_windows(windows, kernel)
 
     def _contract_windows(self, windows: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         """(T, B, C, K) windows and (H, K) kernels -> (T, B, C): the unfold form's product."""
