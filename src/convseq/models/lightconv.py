@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from convseq.models.lightconv_config import LightConvConfig
+from convseq.modules.dynamic_conv import DynamicConv1dTBC
 from convseq.modules.lightconv_layer import LightConvDecoderLayer, LightConvEncoderLayer
 from convseq.modules.linearized_conv import IncrementalState
 from convseq.modules.positional import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
@@ -323,14 +324,15 @@ class LightConvModel(nn.Module):
         fold_weight_norm: bool = True,
         need_attn: bool | None = None,
     ) -> Iterator[LightConvModel]:
-        """Eval mode, no autograd and ``need_attn`` set for a search; all restored on exit.
+        """Eval mode, no autograd, ``need_attn`` set and dynamic kernels untrimmed
+        (`untrimmed_kernels`) for a search; all restored on exit.
 
         ``beam_size`` and ``fold_weight_norm`` are fconv's fast paths (beamable products,
         weight-norm folding); this family has neither, so they change nothing here.
         """
         modes = [(m, m.training) for m in self.modules()]
         old_need_attn = self.decoder.need_attn
-        with torch.no_grad():
+        with torch.no_grad(), self.untrimmed_kernels():
             try:
                 self.eval()
                 if need_attn is not None:
@@ -340,3 +342,21 @@ class LightConvModel(nn.Module):
                 for m, training in modes:
                     m.training = training
                 self.decoder.need_attn = old_need_attn
+
+    @contextlib.contextmanager
+    def untrimmed_kernels(self) -> Iterator[LightConvModel]:
+        """Every dynamic convolution's full forward without ``trim_short_kernel``, restored on
+        exit: the decoder's full forward over a prefix shorter than a kernel then gives the
+        incremental form's output (fairseq's generation), so a search without incremental
+        state (greedy, a full-forward check) sees what the beam search sees. Teacher forcing
+        outside a search keeps fairseq's trimmed form (docs/model.md, T < K).
+        """
+        convs = [m for m in self.modules() if isinstance(m, DynamicConv1dTBC)]
+        saved = [c.trim_short_kernel for c in convs]
+        try:
+            for c in convs:
+                c.trim_short_kernel = False
+            yield self
+        finally:
+            for c, trim in zip(convs, saved, strict=True):
+                c.trim_short_kernel = trim
