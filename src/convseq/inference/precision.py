@@ -2,7 +2,9 @@
 
 `for_generation(model, precision)` returns a new model for translating only; the model given
 is left as it was (its weights, weight norm and dtype), so a training run or a caller keeps its
-fp32 weights. Weight norm is folded into plain weights first (it is constant at inference).
+fp32 weights. Weight norm is folded into plain weights first (it is constant at inference; fconv
+has it, LightConv has none, so there the folding finds nothing). Both model families take every
+mode.
 
 - ``fp32``: the model itself (the default; the hypotheses the reference search is judged on).
 - ``bf16``: every weight and activation in bfloat16; log-probabilities, beam scores and the
@@ -10,10 +12,13 @@ fp32 weights. Weight norm is folded into plain weights first (it is constant at 
   with AVX-512 BF16 a bf16 GEMM runs about twice as fast as fp32 and halves the weights' memory
   traffic.
 - ``int8``: dynamic quantisation (as `torch.ao.quantization.quantize_dynamic`): every linear
-  layer, and the decoder convolutions' one-step products, multiply int8 weights (per output
+  layer, and fconv's decoder convolutions' one-step products, multiply int8 weights (per output
   channel scales) with activations quantised per call; everything else stays fp32. Why: with
-  AVX-512 VNNI an int8 GEMM is about 3x an fp32 one at generation's shapes; the encoder's full
-  convolutions (once per sentence) stay fp32.
+  AVX-512 VNNI an int8 GEMM is about 3x an fp32 one at generation's shapes; fconv's encoder
+  convolutions (once per sentence) stay fp32. In a LightConv model the linear layers are nearly
+  all its weights (input and output projections, feed-forward, encoder attention, the dynamic
+  convolutions' kernel predictors, the vocabulary projection): all int8; the lightweight
+  convolutions' kernels (K numbers per head) and the layer norms stay fp32.
 
 Each mode needs its CPU instructions (bf16: AVX-512 BF16 or a CUDA device with bf16; int8: a CPU
 with AVX-512 VNNI, and no CUDA); `check_precision` refuses clearly where they are missing.
