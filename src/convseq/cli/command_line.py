@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import logging
@@ -143,10 +144,24 @@ def check_command_line(argv: Sequence[str], conf_dir: str | Path) -> None:
             _check_task(str(override.value()))
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
+        if _chooses_family(key, task):
+            raise ConfigKeyError(
+                f"{key} comes with the preset, not on its own: choose a preset of the family "
+                f"you want (model=NAME, e.g. model=lightconv_toy or model=fconv_toy; "
+                "`python run.py --help` lists conf/model/)"
+            )
         if not is_group_override(override, conf_dir):
             check_key(key, tree, task)
         elif (top := key.split("/")[0]) not in tree and any(top in schema_tree(s) for s in SCHEMAS):
             check_key(top, tree, task)  # optim=nag for task=report: a group of other tasks
+
+
+def _chooses_family(key: str, task: str) -> bool:
+    """Whether `key` is the `family` of a field typed by its value (`model.family`): a preset
+    of one family cannot be turned into another's by that key alone."""
+    top, _, rest = key.lstrip("+~").partition(".")
+    fields = {f.name: f for f in dataclasses.fields(TASK_CONFIGS[task])}
+    return rest == "family" and top in fields and "schema_of" in fields[top].metadata
 
 
 def _check_task(name: str) -> None:

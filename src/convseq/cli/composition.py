@@ -43,8 +43,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from convseq.cli.config_check import check_keys, schema_tree
+from convseq.cli.config_check import check_keys, family_key_message, schema_tree
 from convseq.cli.schema import compose_task, config_name
+from convseq.common.config import typed
 from convseq.errors import ConvseqError
 from convseq.tasks.config import TASK_CONFIGS
 
@@ -160,7 +161,19 @@ def _compose(conf_dir: str | Path, lines: list[str], task: str) -> DictConfig:
         message = f"{' '.join(lines)}: cannot compose it: {type(e).__name__}: {one_line(str(e))}"
         raise ConfigValueError(message) from e
     check_keys(cfg, schema_tree(TASK_CONFIGS[task], cfg), task)
+    _check_family_values(cfg, task)
     return cfg
+
+
+def _check_family_values(cfg: DictConfig, task: str) -> None:
+    """Type the fields typed by their value (`model`) as dispatch will, so that a value the
+    family's config refuses (``model.encoder_conv_type=dynamc``) fails here too (--cfg job)."""
+    for f in dataclasses.fields(TASK_CONFIGS[task]):
+        if "schema_of" in f.metadata and f.name in cfg:
+            try:
+                typed(f.metadata["schema_of"](cfg[f.name]), cfg[f.name], f.name)
+            except ConvseqError as e:
+                raise ConfigValueError(str(e)) from e
 
 
 def _set_value(cfg: DictConfig, line: str, task: str) -> None:
@@ -199,6 +212,10 @@ def _option_message(e: MissingConfigException, lines: list[str], task: str) -> s
 
 def _composition_message(e: HydraException, lines: list[str], task: str) -> str:
     cause = e.__cause__
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)):  # another model family's key
+        message = family_key_message(str(cause.full_key), cause.object_type)
+        if message is not None:
+            return message
     if isinstance(cause, (ValidationError, ConfigTypeError)):
         key = str(cause.full_key)
         for line in reversed(lines):

@@ -19,12 +19,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from convseq.errors import ConvseqError
+from convseq.models.family import MODEL_KEYS
 from convseq.tasks.config import TASK_CONFIGS, keys_schema
 
 __all__ = [
     "ConfigKeyError",
     "check_key",
     "check_keys",
+    "family_key_message",
     "has_key",
     "schema_tree",
     "suggestions",
@@ -94,7 +96,7 @@ def check_keys(cfg: DictConfig | Mapping[str, Any], tree: SchemaTree, task: str 
     """
     plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     for path in _unknown(plain, tree, ""):
-        raise ConfigKeyError(_message(path, tree, task))
+        raise ConfigKeyError(_family_message(path, plain, task) or _message(path, tree, task))
 
 
 def check_key(path: str, tree: SchemaTree, task: str = "") -> None:
@@ -135,6 +137,37 @@ def _unknown(cfg: Any, tree: SchemaTree | None, prefix: str) -> Iterator[str]:
             yield path
         else:
             yield from _unknown(value, tree[key], f"{path}.")
+
+
+def family_key_message(path: str, schema: type) -> str | None:
+    """Where `path` (e.g. ``model.encoder_conv_type``) is a key of another model family's
+    config than `schema`'s (the family the preset chose), a message that says whose; else None."""
+    node, _, key = path.rpartition(".")
+    family = getattr(schema, "family", None)
+    if "." in node or family is None:
+        return None
+    owners = [
+        kind.family
+        for kind in MODEL_KEYS["schemas"]
+        if kind is not schema and key in {f.name for f in dataclasses.fields(kind)}
+    ]
+    if not owners:
+        return None
+    return (
+        f"unknown config key {path} for a model of the {family} family: it is a key of the "
+        f"{' and '.join(owners)} family's models: choose one of their presets (model=NAME; "
+        "`python run.py --help` lists conf/model/)"
+    )
+
+
+def _family_message(path: str, plain: Any, task: str) -> str | None:
+    """`family_key_message` where `path` lies under a field typed by its value (`model`)."""
+    top = path.split(".")[0]
+    schema = TASK_CONFIGS.get(task)
+    fields = {f.name: f for f in dataclasses.fields(schema)} if schema else {}
+    if top not in fields or "schema_of" not in fields[top].metadata:
+        return None
+    return family_key_message(path, fields[top].metadata["schema_of"](plain[top]))
 
 
 def _message(path: str, tree: SchemaTree, task: str = "") -> str:

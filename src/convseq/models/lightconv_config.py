@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from convseq.models.config import ModelConfigError
+
+CONV_TYPES = ("lightweight", "dynamic")  # the two convolutions of the family
 ENCODER_KERNELS = (3, 7, 15, 31, 31, 31, 31)  # base_architecture's encoder_kernel_size_list
 DECODER_KERNELS = (3, 7, 15, 31, 31, 31)  # base_architecture's decoder_kernel_size_list
 
@@ -58,6 +61,30 @@ class LightConvConfig:
     adaptive_softmax_dropout: float = 0.0  # fairseq parity (adaptive softmax unsupported)
     tie_adaptive_weights: bool = False  # fairseq parity (adaptive softmax unsupported)
 
+    def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Refuse a value fairseq's model would fail on, naming the key (at composition)."""
+        for key in ("encoder_conv_type", "decoder_conv_type"):
+            if getattr(self, key) not in CONV_TYPES:
+                raise ModelConfigError(
+                    f"model.{key}={getattr(self, key)!r}: choose {' or '.join(CONV_TYPES)}"
+                )
+        _expand(self.encoder_kernel_size_list, self.encoder_layers, "en")
+        _expand(self.decoder_kernel_size_list, self.decoder_layers, "de")
+        if self.adaptive_softmax_cutoff is not None:
+            raise ModelConfigError(
+                "model.adaptive_softmax_cutoff: convseq's LightConv has no adaptive softmax; "
+                "leave it null"
+            )
+        dims = (self.encoder_embed_dim, self.decoder_embed_dim or self.encoder_embed_dim)
+        if self.share_all_embeddings and dims[0] != dims[1]:
+            raise ModelConfigError(
+                f"model.share_all_embeddings needs equal encoder and decoder embed dims, not "
+                f"{dims[0]} and {dims[1]}"
+            )
+
     def resolved(self) -> LightConvConfig:
         """A copy with fairseq's derived defaults filled in and the kernel lists expanded."""
         c = dataclasses.replace(self)
@@ -71,14 +98,7 @@ class LightConvConfig:
             c.weight_dropout = c.attention_dropout
         c.encoder_kernel_size_list = _expand(c.encoder_kernel_size_list, c.encoder_layers, "en")
         c.decoder_kernel_size_list = _expand(c.decoder_kernel_size_list, c.decoder_layers, "de")
-        for side in (c.encoder_conv_type, c.decoder_conv_type):
-            if side not in ("lightweight", "dynamic"):
-                raise ValueError(f"conv_type {side!r}: expected lightweight or dynamic")
-        if c.adaptive_softmax_cutoff is not None:
-            raise ValueError("adaptive_softmax_cutoff: convseq's LightConv has no adaptive softmax")
         if c.share_all_embeddings:
-            if c.encoder_embed_dim != c.decoder_embed_dim:
-                raise ValueError("share_all_embeddings needs equal encoder and decoder embed dims")
             c.share_decoder_input_output_embed = True
         return c
 
@@ -90,7 +110,10 @@ def _expand(kernels: tuple[int, ...], layers: int, side: str) -> tuple[int, ...]
         kernels = kernels * layers
     if len(kernels) != layers:
         name = "encoder" if side == "en" else "decoder"
-        raise ValueError(f"{name}_kernel_size_list has {len(kernels)} sizes for {layers} layers")
+        raise ModelConfigError(
+            f"model.{name}_kernel_size_list has {len(kernels)} sizes for model.{name}_layers="
+            f"{layers}: give one size per layer, or one size for all"
+        )
     return kernels
 
 
