@@ -389,3 +389,102 @@ def write_databin_files(
                 path.write_bytes(b"")
                 written.append(path)
     return written
+
+
+# -- LightConv / DynamicConv (fairseq/models/lightconv.py, fairseq 0.12) --------------------------
+
+
+def _lightconv_block(
+    prefix: str, embed: int, conv: int, heads: int, kernel: int, conv_type: str, glu: bool
+) -> list[tuple[str, tuple[int, ...]]]:
+    """linear1, the convolution and linear2 of one LightConv layer, in fairseq's order."""
+    keys = [(f"{prefix}.linear1.weight", (2 * conv if glu else conv, embed))]
+    keys.append((f"{prefix}.linear1.bias", (2 * conv if glu else conv,)))
+    if conv_type == "lightweight":  # LightweightConv1dTBC: one (1, K) kernel per head, no bias
+        keys.append((f"{prefix}.conv.weight", (heads, 1, kernel)))
+    else:  # DynamicConv1dTBC: conv_bias, then the kernel-predicting linear (no bias)
+        keys.append((f"{prefix}.conv.conv_bias", (1, 1, conv)))
+        keys.append((f"{prefix}.conv.weight_linear.weight", (heads * kernel, conv)))
+    keys += [(f"{prefix}.linear2.weight", (embed, conv)), (f"{prefix}.linear2.bias", (embed,))]
+    return keys
+
+
+def _norm(prefix: str, dim: int) -> list[tuple[str, tuple[int, ...]]]:
+    return [(f"{prefix}.weight", (dim,)), (f"{prefix}.bias", (dim,))]
+
+
+def lightconv_keys_and_shapes(
+    *,
+    src_vocab: int,
+    tgt_vocab: int,
+    embed_dim: int,
+    ffn_dim: int,
+    heads: int,
+    encoder_kernels: Sequence[int],
+    decoder_kernels: Sequence[int],
+    encoder_conv_type: str = "dynamic",
+    decoder_conv_type: str = "dynamic",
+    glu: bool = True,
+    learned_pos: bool = False,
+    max_positions: int = 1024,
+    float_tensor: bool = False,
+    embed_out: bool = False,
+) -> list[tuple[str, tuple[int, ...]]]:
+    """fairseq's LightConv state-dict keys and shapes (one width for every dim, post-norm).
+
+    ``learned_pos``: learned position tables of max + pad + 1 rows. ``float_tensor``: the
+    ``embed_positions._float_tensor`` buffer releases before 0.12 saved for sinusoidal
+    positions. ``embed_out``: the untied output matrix under its name before
+    ``output_projection`` existed.
+    """
+    keys: list[tuple[str, tuple[int, ...]]] = []
+    for side, vocab, kernels, conv_type in (
+        ("encoder", src_vocab, encoder_kernels, encoder_conv_type),
+        ("decoder", tgt_vocab, decoder_kernels, decoder_conv_type),
+    ):
+        keys += [(f"{side}.version", (1,)), (f"{side}.embed_tokens.weight", (vocab, embed_dim))]
+        if learned_pos:
+            keys.append((f"{side}.embed_positions.weight", (max_positions + PAD + 1, embed_dim)))
+        elif float_tensor:
+            keys.append((f"{side}.embed_positions._float_tensor", (1,)))
+        for i, k in enumerate(kernels):
+            p = f"{side}.layers.{i}"
+            keys += _lightconv_block(p, embed_dim, embed_dim, heads, k, conv_type, glu)
+            if side == "encoder":
+                keys += [(f"{p}.fc1.weight", (ffn_dim, embed_dim)), (f"{p}.fc1.bias", (ffn_dim,))]
+                keys += [(f"{p}.fc2.weight", (embed_dim, ffn_dim)), (f"{p}.fc2.bias", (embed_dim,))]
+                keys += _norm(f"{p}.layer_norm1", embed_dim) + _norm(f"{p}.layer_norm2", embed_dim)
+                continue
+            keys += _norm(f"{p}.conv_layer_norm", embed_dim)
+            for proj in ("k_proj", "v_proj", "q_proj", "out_proj"):
+                keys += [
+                    (f"{p}.encoder_attn.{proj}.weight", (embed_dim, embed_dim)),
+                    (f"{p}.encoder_attn.{proj}.bias", (embed_dim,)),
+                ]
+            keys += _norm(f"{p}.encoder_attn_layer_norm", embed_dim)
+            keys += [(f"{p}.fc1.weight", (ffn_dim, embed_dim)), (f"{p}.fc1.bias", (ffn_dim,))]
+            keys += [(f"{p}.fc2.weight", (embed_dim, ffn_dim)), (f"{p}.fc2.bias", (embed_dim,))]
+            keys += _norm(f"{p}.final_layer_norm", embed_dim)
+    name = "decoder.embed_out" if embed_out else "decoder.output_projection.weight"
+    keys.append((name, (tgt_vocab, embed_dim)))
+    return keys
+
+
+def lightconv_state_dict(
+    keys: list[tuple[str, tuple[int, ...]]], seed: int = 0
+) -> OrderedDict[str, torch.Tensor]:
+    """Random values for those keys: version buffers 2, embeddings with a zero pad row, layer
+    norms' gains near 1, an empty ``_float_tensor``-like buffer of one element."""
+    rng = np.random.default_rng(seed)
+    out: OrderedDict[str, torch.Tensor] = OrderedDict()
+    for name, shape in keys:
+        if name.endswith(".version"):
+            array = np.array([2.0])
+        elif "norm" in name and name.endswith(".weight"):
+            array = rng.uniform(0.5, 1.5, size=shape)
+        else:
+            array = rng.normal(0.0, 0.3, size=shape)
+            if "embed_tokens" in name or "embed_positions.weight" in name:
+                array[PAD] = 0.0
+        out[name] = torch.tensor(np.asarray(array, dtype=np.float32))
+    return out

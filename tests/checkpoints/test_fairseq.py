@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from convseq.checkpoints.fairseq import load_fairseq, save_fairseq
-from convseq.checkpoints.fairseq_args import arch_defaults, fconv_config
+from convseq.checkpoints.fairseq_fconv import arch_defaults, fconv_config
 from convseq.checkpoints.safe_load import ALLOWED_GLOBALS, read_checkpoint
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError
@@ -343,7 +343,7 @@ def test_unknown_architecture_is_refused(tmp_path):
     )
     _dicts(tmp_path)
     with pytest.raises(
-        CheckpointError, match="'fconv_lm' is not one of fairseq's translation fconv"
+        CheckpointError, match="'fconv_lm' is not one of fairseq's translation architectures"
     ):
         load_fairseq(path)
 

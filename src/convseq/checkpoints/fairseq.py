@@ -1,4 +1,10 @@
-"""Load a fairseq fconv checkpoint as a convseq model, and write a convseq model as one."""
+"""Load a fairseq translation checkpoint (fconv or LightConv) as a convseq model, and write a
+convseq model as one.
+
+What differs between the families (their arguments, defaults and state-dict layouts) is each
+one's `FairseqAdapter` (`convseq.checkpoints.fairseq_adapters`), chosen by the architecture a
+file names or by the family a model's config names; the steps here are the same for all.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from convseq.checkpoints.fairseq_args import fairseq_args, fairseq_cfg, fconv_config, language_pair
+from convseq.checkpoints.fairseq_adapters import adapter_for_arch, adapter_for_config
+from convseq.checkpoints.fairseq_args import arch_of, fairseq_args, fairseq_cfg, language_pair
 from convseq.checkpoints.safe_load import read_checkpoint, to_plain
-from convseq.checkpoints.state_dict import (
-    check_vocabularies,
-    describe_load_error,
-    upgrade_state_dict,
-)
+from convseq.checkpoints.state_dict import check_vocabularies, describe_load_error
 from convseq.data.dictionary import Dictionary
 from convseq.errors import CheckpointError, DataError
-from convseq.models.config import FConvConfig, as_fconv_config
-from convseq.models.fconv import FConvModel
+from convseq.models.family import ModelConfig, build_model, model_config
 
 _LANG = re.compile(r"^[\w.\-]+$")  # fairseq puts the code in file names: dict.<lang>.txt
 
@@ -104,13 +107,15 @@ def load_fairseq(
     *,
     source_lang: str | None = None,
     target_lang: str | None = None,
-) -> tuple[FConvModel, Dictionary, Dictionary]:
-    """Build a convseq FConvModel from a fairseq fconv checkpoint.
+) -> tuple[nn.Module, Dictionary, Dictionary]:
+    """Build a convseq model from a fairseq fconv or LightConv translation checkpoint.
 
     The checkpoint is read with ``torch.load(weights_only=True)`` and an allowlist of exactly
     the globals fairseq writes (see `convseq.checkpoints.safe_load`); nothing in it is executed.
-    Both the ``args`` (Namespace) and the ``cfg`` (OmegaConf or plain) forms are read, as are
-    files from before 2018 whose decoder convolutions use the old per-tap weight norm.
+    Both the ``args`` (Namespace) and the ``cfg`` (OmegaConf or plain) forms are read; the
+    architecture the file names picks the family (its `FairseqAdapter`), whose upgrade brings
+    older layouts to the current one (fconv: the pre-2018 per-tap weight norm; LightConv: the
+    sinusoidal positions' buffers of releases before 0.12).
 
     Args:
         checkpoint_path: fairseq's ``checkpoint_best.pt`` / ``model.pt``.
@@ -125,12 +130,20 @@ def load_fairseq(
         (model in eval mode, source dictionary, target dictionary).
 
     Raises:
-        CheckpointError: the file is unreadable, refused, not an fconv translation model,
-            its dictionaries are missing or do not fit its embeddings.
+        CheckpointError: the file is unreadable, refused, not a translation model of an
+            architecture convseq reads, its state does not fit the model its arguments
+            describe (the keys named), its dictionaries are missing or do not fit.
     """
     path = Path(checkpoint_path)
     plain, model_sd = _read_fairseq_state(path)
-    cfg = _checkpoint_config(plain, model_sd, path)
+    try:
+        adapter = adapter_for_arch(arch_of(plain))
+        cfg = adapter.config(plain, model_sd)
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    for key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        if key not in model_sd:
+            raise CheckpointError(f"{path}: the model state has no {key}")
     folder = Path(dict_dir) if dict_dir is not None else path.parent
     src, tgt = _resolve_language_pair(plain, model_sd, folder, path, source_lang, target_lang)
     src_dict, tgt_dict = _load_dictionaries(folder, src, tgt, path)
@@ -142,7 +155,7 @@ def load_fairseq(
         _dict_path(folder, tgt),
         path,
     )
-    model = _build_model(cfg, upgrade_state_dict(model_sd, path), src_dict, tgt_dict, path)
+    model = _build_model(cfg, adapter.upgrade(model_sd, cfg, path), src_dict, tgt_dict, path)
     model.eval()
     return model, src_dict, tgt_dict
 
@@ -160,25 +173,6 @@ def _read_fairseq_state(path: Path) -> tuple[dict[str, Any], Mapping[str, torch.
     # args and cfg made plain (OmegaConf records -> dicts); other entries as they are
     plain = {k: to_plain(v) if k in ("args", "cfg") else v for k, v in state.items()}
     return plain, model_sd
-
-
-def _checkpoint_config(
-    plain: Mapping[str, Any], model_sd: Mapping[str, torch.Tensor], path: Path
-) -> FConvConfig:
-    """Step 2 of loading: the model's FConvConfig, its maximum positions from the tables."""
-    try:
-        cfg = fconv_config(plain)
-    except CheckpointError as e:
-        raise CheckpointError(f"{path}: {e}") from None
-    for key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-        if key not in model_sd:
-            raise CheckpointError(f"{path}: the model state has no {key}")
-    # the positional tables' shapes are the truth (fairseq sizes them from max_*_positions)
-    for side, key in (("source", "encoder"), ("target", "decoder")):
-        table = model_sd.get(f"{key}.embed_positions.weight")
-        if table is not None:
-            setattr(cfg, f"max_{side}_positions", int(table.shape[0]))
-    return cfg
 
 
 def _resolve_language_pair(
@@ -229,14 +223,17 @@ def _load_dictionaries(
 
 
 def _build_model(
-    cfg: FConvConfig,
+    cfg: ModelConfig,
     model_sd: Mapping[str, torch.Tensor],
     src_dict: Dictionary,
     tgt_dict: Dictionary,
     path: Path,
-) -> FConvModel:
+) -> nn.Module:
     """Step 5 of loading: build the model and load the (upgraded) state, which must fit exactly."""
-    model = FConvModel.build(cfg, len(src_dict), len(tgt_dict), padding_idx=src_dict.pad())
+    try:
+        model = build_model(cfg, len(src_dict), len(tgt_dict), padding_idx=src_dict.pad())
+    except ValueError as e:  # e.g. tied embeddings over dictionaries of different sizes
+        raise CheckpointError(f"{path}: cannot build the {cfg.arch} model: {e}") from None
     own = model.state_dict()
     mismatched = [
         f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
@@ -266,7 +263,7 @@ def _cpu_copy(state_dict: Mapping[str, torch.Tensor]) -> OrderedDict[str, torch.
 
 
 def save_fairseq(
-    model: FConvModel,
+    model: nn.Module,
     path: str | os.PathLike,
     src_dict: Dictionary,
     tgt_dict: Dictionary,
@@ -274,14 +271,16 @@ def save_fairseq(
     tgt_lang: str = "tgt",
     args_style: str = "args",
 ) -> Path:
-    """Write a convseq fconv model as a fairseq checkpoint, with its dict.txt files beside it.
+    """Write a convseq model (fconv or LightConv) as a fairseq checkpoint, with its dict.txt
+    files beside it.
 
     The file holds what fairseq's ``load_checkpoint_to_cpu`` / ``load_model_ensemble`` read:
     the model arguments, ``model``, a one-entry ``optimizer_history`` and an ``extra_state``
     with a training-iterator position; no optimizer state (as with --no-save-optimizer-state).
 
     Args:
-        model: the model; its ``cfg`` supplies the arguments.
+        model: the model; its ``cfg`` supplies the arguments, its family's `FairseqAdapter`
+            writes them.
         path: the checkpoint file to write (atomically); dict.<lang>.txt go beside it.
         src_dict, tgt_dict: the model's dictionaries.
         src_lang, tgt_lang: language codes, used in the dict file names.
@@ -294,11 +293,16 @@ def save_fairseq(
     """
     _check_save_arguments(src_dict, tgt_dict, src_lang, tgt_lang, args_style)
     if getattr(model, "cfg", None) is None:
-        raise ValueError("the model has no cfg (FConvConfig); build it with FConvModel.build")
-    cfg = as_fconv_config(model.cfg)
+        raise ValueError("the model has no cfg (its family's config); build it with build_model")
+    cfg = model_config(model.cfg)
+    adapter = adapter_for_config(cfg)
     path = Path(path)
     if src_dict.pad() != tgt_dict.pad():
         raise ValueError("the two dictionaries must share the pad index, as fairseq requires")
+    if adapter.joined_dictionary(cfg) and src_dict != tgt_dict:
+        raise ValueError(
+            f"{cfg.arch} shares all embeddings: fairseq needs one dictionary for both sides"
+        )
     model_sd = _cpu_copy(model.state_dict())
     check_vocabularies(
         model_sd,
@@ -309,7 +313,8 @@ def save_fairseq(
         path,
     )
     data = str(path.resolve().parent)  # fairseq's task reads the dictionaries from here
-    state = _checkpoint_state(cfg, model_sd, src_lang, tgt_lang, data, args_style)
+    args = adapter.model_args(cfg)
+    state = _checkpoint_state(args, model_sd, src_lang, tgt_lang, data, args_style)
     _write_checkpoint(state, path, src_dict, tgt_dict, src_lang, tgt_lang)
     return path
 
@@ -331,7 +336,7 @@ def _check_save_arguments(
 
 
 def _checkpoint_state(
-    cfg: FConvConfig,
+    args: Mapping[str, Any],
     model_sd: Mapping[str, torch.Tensor],
     src_lang: str,
     tgt_lang: str,
@@ -341,10 +346,10 @@ def _checkpoint_state(
     """Step 2 of saving: the checkpoint's entries, in the order fairseq writes them."""
     state: dict[str, Any] = {}
     if args_style == "args":
-        state["args"] = fairseq_args(cfg, src_lang, tgt_lang, data)
+        state["args"] = fairseq_args(args, src_lang, tgt_lang, data)
     else:
         state["args"] = None
-        state["cfg"] = fairseq_cfg(cfg, src_lang, tgt_lang, data)
+        state["cfg"] = fairseq_cfg(args, src_lang, tgt_lang, data)
     state["model"] = model_sd
     state["optimizer_history"] = [
         {

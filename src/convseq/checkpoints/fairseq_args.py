@@ -1,79 +1,60 @@
-"""fairseq's fconv arguments <-> FConvConfig, and the language pair a checkpoint was trained on.
+"""What every family's fairseq arguments share: where a checkpoint keeps them, its architecture
+name, the language pair, typed reading of single values, and the args / cfg written back.
 
 fairseq stores a model's arguments as an ``argparse.Namespace``: ``state["args"]`` in files
 written before fairseq 0.10, ``state["cfg"]["model"]`` (with ``_name`` = the arch) after it.
-Layer specifications are Python-expression strings such as ``"[(512, 3)] * 20"``; convseq reads
-them with its safe spec parser, never ``eval``.
+Each family's reading and writing of its own arguments is its `FairseqAdapter`
+(`convseq.checkpoints.fairseq_adapters`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from itertools import groupby
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import torch
+
 from convseq.errors import CheckpointError
-from convseq.models.config import FConvConfig
-from convseq.models.spec import SpecError, parse_attention, parse_layers
-
-# fairseq's base_architecture (fairseq/models/fconv.py): what any fconv arch leaves unset
-BASE_ARCH: dict[str, Any] = {
-    "dropout": 0.1,
-    "encoder_embed_dim": 512,
-    "encoder_layers": "[(512, 3)] * 20",
-    "decoder_embed_dim": 512,
-    "decoder_layers": "[(512, 3)] * 20",
-    "decoder_out_embed_dim": 256,
-    "decoder_attention": "True",
-    "share_input_output_embed": False,
-}
-
-_EN_DE = "[(512, 3)] * 9 + [(1024, 3)] * 4 + [(2048, 1)] * 2"
-_EN_FR = "[(512, 3)] * 6 + [(768, 3)] * 4 + [(1024, 3)] * 3 + [(2048, 1)] * 1 + [(4096, 1)] * 1"
-
-# fairseq's named fconv architectures: the values each sets before falling back to the base
-ARCH_OVERRIDES: dict[str, dict[str, Any]] = {
-    "fconv": {},
-    "fconv_iwslt_de_en": {
-        "encoder_embed_dim": 256,
-        "encoder_layers": "[(256, 3)] * 4",
-        "decoder_embed_dim": 256,
-        "decoder_layers": "[(256, 3)] * 3",
-        "decoder_out_embed_dim": 256,
-    },
-    "fconv_wmt_en_ro": {"decoder_out_embed_dim": 512},
-    "fconv_wmt_en_de": {
-        "encoder_embed_dim": 768,
-        "encoder_layers": _EN_DE,
-        "decoder_embed_dim": 768,
-        "decoder_layers": _EN_DE,
-        "decoder_out_embed_dim": 512,
-    },
-    "fconv_wmt_en_fr": {
-        "encoder_embed_dim": 768,
-        "encoder_layers": _EN_FR,
-        "decoder_embed_dim": 768,
-        "decoder_layers": _EN_FR,
-        "decoder_out_embed_dim": 512,
-    },
-}
 
 DEFAULT_MAX_POSITIONS = 1024  # fairseq's translation task default for both sides
+FAIRSEQ_PAD = 1  # the pad index of every fairseq Dictionary
 
 
-def arch_defaults(arch: str) -> dict[str, Any]:
-    """fairseq's values for every fconv argument of the named architecture."""
-    if arch not in ARCH_OVERRIDES:
-        raise CheckpointError(
-            f"architecture {arch!r} is not one of fairseq's translation fconv architectures "
-            f"({', '.join(ARCH_OVERRIDES)}); convseq loads only those (not fconv_lm or "
-            "fconv_self_att)"
-        )
-    return {**BASE_ARCH, **ARCH_OVERRIDES[arch]}
+@dataclass(frozen=True)
+class FairseqAdapter:
+    """One model family's side of fairseq's checkpoints.
+
+    Attributes:
+        family: the family's name (`convseq.models.family.FAMILIES`).
+        archs: fairseq's registered architecture names this family reads.
+        base_arch: the name written for a convseq preset fairseq does not register (every
+            argument is written explicitly, so the base's defaults never apply).
+        config: (checkpoint dict with plain args/cfg, its model state) -> the typed config,
+            fairseq's defaults for the named architecture filled in as fairseq fills them.
+        model_args: typed config -> fairseq's model arguments (without the task's).
+        upgrade: (model state, config, file) -> the state in the layout the model loads
+            strictly (old layouts converted, entries fairseq itself ignores dropped).
+        joined_dictionary: whether the config needs one dictionary for both sides.
+    """
+
+    family: str
+    archs: tuple[str, ...]
+    base_arch: str
+    config: Callable[[Mapping[str, Any], Mapping[str, torch.Tensor]], Any]
+    model_args: Callable[[Any], dict[str, Any]]
+    upgrade: Callable[[Mapping[str, torch.Tensor], Any, Path], OrderedDict[str, torch.Tensor]]
+    joined_dictionary: Callable[[Any], bool]
+
+    def arch_to_write(self, arch: str) -> str:
+        """fairseq's name for a config's arch: its own when fairseq registers it, else the base."""
+        return arch if arch in self.archs else self.base_arch
 
 
-def _get(obj: Any, key: str) -> Any:
+def get_arg(obj: Any, key: str) -> Any:
     """A field of a Namespace or a mapping; None when absent."""
     if isinstance(obj, argparse.Namespace):
         return getattr(obj, key, None)
@@ -104,7 +85,36 @@ def model_args(state: Mapping[str, Any]) -> tuple[Any, str]:
     )
 
 
-def _as_bool(value: Any, key: str) -> bool:
+def arch_of(state: Mapping[str, Any]) -> str:
+    """The architecture name the checkpoint's model arguments give (``arch`` or ``_name``)."""
+    args, where = model_args(state)
+    arch = get_arg(args, "arch") or get_arg(args, "_name")
+    if not isinstance(arch, str):
+        raise CheckpointError(f"{where}: no 'arch' (or '_name') naming the model's architecture")
+    return arch
+
+
+def task_args(state: Mapping[str, Any]) -> Any:
+    """The task section of a cfg-form checkpoint; None in the args form."""
+    theirs = state.get("cfg")
+    return theirs.get("task") if isinstance(theirs, Mapping) else None
+
+
+def max_positions(state: Mapping[str, Any], side: str, label: str) -> int:
+    """``max_<side>_positions``: the model arguments', else the task's, else the one
+    ``max_positions`` of files from before 2018, else fairseq's 1024."""
+    args, _ = model_args(state)
+    key = f"max_{side}_positions"
+    value = get_arg(args, key)
+    if value is None:
+        value = get_arg(task_args(state), key)
+    if value is None:
+        value = get_arg(args, "max_positions")
+    return as_number(DEFAULT_MAX_POSITIONS if value is None else value, int, label + key)
+
+
+def as_bool(value: Any, key: str) -> bool:
+    """A boolean as fairseq's parsers store it: a bool, "True"/"False", or 0/1."""
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
@@ -114,69 +124,12 @@ def _as_bool(value: Any, key: str) -> bool:
     raise CheckpointError(f"{key}: expected a boolean, got {value!r}")
 
 
-def _as_number(value: Any, kind: type, key: str) -> Any:
+def as_number(value: Any, kind: type, key: str) -> Any:
+    """``kind(value)``, a CheckpointError naming ``key`` when it is not one."""
     try:
         return kind(value)
     except (TypeError, ValueError):
         raise CheckpointError(f"{key}: expected {kind.__name__}, got {value!r}") from None
-
-
-def fconv_config(state: Mapping[str, Any]) -> FConvConfig:
-    """The FConvConfig of a fairseq fconv checkpoint.
-
-    Arguments the checkpoint leaves out take fairseq's defaults for its architecture; the
-    maximum positions come from the model arguments, then the task's, then fairseq's 1024 (the
-    caller may still correct them from the positional tables' shapes).
-    """
-    args, where = model_args(state)
-    arch = _get(args, "arch") or _get(args, "_name")
-    if not isinstance(arch, str):
-        raise CheckpointError(f"{where}: no 'arch' (or '_name') naming the fconv architecture")
-    values = arch_defaults(arch)
-    for key in values:
-        given = _get(args, key)
-        if given is not None:
-            values[key] = given
-    label = f"{where}."
-    fields: dict[str, Any] = {
-        "arch": arch,
-        "dropout": _as_number(values["dropout"], float, label + "dropout"),
-        "encoder_embed_dim": _as_number(
-            values["encoder_embed_dim"], int, label + "encoder_embed_dim"
-        ),
-        "decoder_embed_dim": _as_number(
-            values["decoder_embed_dim"], int, label + "decoder_embed_dim"
-        ),
-        "decoder_out_embed_dim": _as_number(
-            values["decoder_out_embed_dim"], int, label + "decoder_out_embed_dim"
-        ),
-        "share_input_output_embed": _as_bool(
-            values["share_input_output_embed"], label + "share_input_output_embed"
-        ),
-    }
-    try:  # read (and so check) the expressions here, to name the checkpoint in the error
-        fields["encoder_layers"] = [
-            list(x) for x in parse_layers(values["encoder_layers"], "encoder_layers")
-        ]
-        fields["decoder_layers"] = [
-            list(x) for x in parse_layers(values["decoder_layers"], "decoder_layers")
-        ]
-        flags = parse_attention(values["decoder_attention"], len(fields["decoder_layers"]))
-        fields["decoder_attention"] = flags[0] if len(set(flags)) == 1 else list(flags)
-    except SpecError as e:
-        raise CheckpointError(f"{where}: {e}") from None
-    task = state.get("cfg", {}).get("task") if isinstance(state.get("cfg"), Mapping) else None
-    for side in ("source", "target"):
-        key = f"max_{side}_positions"
-        value = _get(args, key)
-        if value is None:
-            value = _get(task, key)
-        if value is None:  # checkpoints from before 2018 had one --max-positions for both
-            value = _get(args, "max_positions")
-        fields[key] = _as_number(
-            DEFAULT_MAX_POSITIONS if value is None else value, int, label + key
-        )
-    return FConvConfig(**fields)
 
 
 def language_pair(state: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -187,57 +140,17 @@ def language_pair(state: Mapping[str, Any]) -> tuple[str | None, str | None]:
         places += [theirs.get("task"), theirs.get("model")]
     src = tgt = None
     for place in places:
-        src = src or _get(place, "source_lang")
-        tgt = tgt or _get(place, "target_lang")
+        src = src or get_arg(place, "source_lang")
+        tgt = tgt or get_arg(place, "target_lang")
     return src, tgt
 
 
-# -- the other direction: FConvConfig -> fairseq's arguments ------------------------------------
+# -- the other direction: a family's model arguments -> fairseq's args / cfg --------------------
 
 
-def layers_expression(value: Any, key: str) -> str:
-    """fairseq's string form of a layer specification, runs written as ``[(C, k)] * n``."""
-    layers = parse_layers(value, key)
-    parts = []
-    for (channels, kernel, residual), run in groupby(layers):
-        item = f"({channels}, {kernel})" if residual == 1 else f"({channels}, {kernel}, {residual})"
-        parts.append(f"[{item}] * {len(list(run))}")
-    return " + ".join(parts)
-
-
-def attention_expression(value: Any, num_layers: int) -> str:
-    """fairseq's string form of the decoder attention: "True", "False" or "[True, False, ...]"."""
-    flags = parse_attention(value, num_layers)
-    if len(set(flags)) == 1:
-        return str(flags[0])
-    return "[" + ", ".join(str(f) for f in flags) + "]"
-
-
-def fairseq_model_args(cfg: FConvConfig) -> dict[str, Any]:
-    """The fconv arguments fairseq's ``build_model`` reads, as fairseq's parser stores them."""
-    decoder_layers = layers_expression(cfg.decoder_layers, "decoder_layers")
-    num_decoder_layers = len(parse_layers(cfg.decoder_layers, "decoder_layers"))
-    # convseq's own presets (e.g. fconv_toy) are not registered in fairseq: name the base arch,
-    # whose defaults every explicit argument below overrides anyway
-    arch = cfg.arch if cfg.arch in ARCH_OVERRIDES else "fconv"
-    return {
-        "arch": arch,
-        "dropout": float(cfg.dropout),
-        "encoder_embed_dim": int(cfg.encoder_embed_dim),
-        "encoder_embed_path": None,
-        "encoder_layers": layers_expression(cfg.encoder_layers, "encoder_layers"),
-        "decoder_embed_dim": int(cfg.decoder_embed_dim),
-        "decoder_embed_path": None,
-        "decoder_layers": decoder_layers,
-        "decoder_out_embed_dim": int(cfg.decoder_out_embed_dim),
-        "decoder_attention": attention_expression(cfg.decoder_attention, num_decoder_layers),
-        "share_input_output_embed": bool(cfg.share_input_output_embed),
-        "max_source_positions": int(cfg.max_source_positions),
-        "max_target_positions": int(cfg.max_target_positions),
-    }
-
-
-def fairseq_args(cfg: FConvConfig, src_lang: str, tgt_lang: str, data: str) -> argparse.Namespace:
+def fairseq_args(
+    model: Mapping[str, Any], src_lang: str, tgt_lang: str, data: str
+) -> argparse.Namespace:
     """A flat ``args`` Namespace as fairseq (before 0.10) saved it: task and model together.
 
     Booleans of the translation task are the strings fairseq's parser stores ("True"), which
@@ -250,19 +163,21 @@ def fairseq_args(cfg: FConvConfig, src_lang: str, tgt_lang: str, data: str) -> a
         target_lang=tgt_lang,
         left_pad_source="True",
         left_pad_target="False",
-        **fairseq_model_args(cfg),
+        **model,
     )
 
 
-def fairseq_cfg(cfg: FConvConfig, src_lang: str, tgt_lang: str, data: str) -> dict[str, Any]:
+def fairseq_cfg(
+    model: Mapping[str, Any], src_lang: str, tgt_lang: str, data: str
+) -> dict[str, Any]:
     """A ``cfg`` as fairseq >= 0.10.2 saves it (a plain container), for an argparse model.
 
     ``model`` is the flat Namespace with ``_name`` = the arch, as fairseq's
     ``convert_namespace_to_omegaconf`` makes it for models without a dataclass; ``task`` holds
     fields of fairseq's TranslationConfig only (fairseq merges it into that dataclass).
     """
-    model = fairseq_args(cfg, src_lang, tgt_lang, data)
-    model._name = model.arch
+    namespace = fairseq_args(model, src_lang, tgt_lang, data)
+    namespace._name = namespace.arch
     task = {
         "_name": "translation",
         "data": data,
@@ -270,8 +185,8 @@ def fairseq_cfg(cfg: FConvConfig, src_lang: str, tgt_lang: str, data: str) -> di
         "target_lang": tgt_lang,
         "left_pad_source": True,
         "left_pad_target": False,
-        "max_source_positions": int(cfg.max_source_positions),
-        "max_target_positions": int(cfg.max_target_positions),
+        "max_source_positions": int(model["max_source_positions"]),
+        "max_target_positions": int(model["max_target_positions"]),
     }
     # the registry sections fairseq writes as None when unused
     unused: Sequence[str] = (
@@ -282,4 +197,4 @@ def fairseq_cfg(cfg: FConvConfig, src_lang: str, tgt_lang: str, data: str) -> di
         "bpe",
         "tokenizer",
     )
-    return {"_name": None, "task": task, "model": model, **{k: None for k in unused}}
+    return {"_name": None, "task": task, "model": namespace, **{k: None for k in unused}}

@@ -1,92 +1,15 @@
-"""A fairseq fconv state dict made loadable: the pre-2018 decoder weight norm, vocabulary checks.
-
-Until fairseq's commit 9f3ccaa6 (Dec 2017) the decoder convolutions were weight-normed over
-dim 0 of their (k, in, out) time-major weight, one norm per kernel tap, so ``weight_g`` is
-(k, 1, 1). Such files have no ``decoder.version`` buffer (or one below 2); current fairseq no
-longer converts them. convseq folds g * v / ||v|| into the plain weight W and splits W again
-in the modern form (g = ||W|| over dims 0-1, one norm per output channel; v = W), which computes
-the same convolution, so the model loads strictly.
+"""Checks of a fairseq model state against what it is loaded with, for every family: the
+dictionaries' sizes against the embedding tables, and a readable account of keys that do not fit.
 """
 
 from __future__ import annotations
 
-import re
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from convseq.errors import CheckpointError
-
-_DECODER_CONV_G = re.compile(r"^decoder\.convolutions\.(\d+)\.weight_g$")
-
-
-def decoder_version(state_dict: Mapping[str, torch.Tensor]) -> float:
-    """The ``decoder.version`` buffer's value; 1 when absent (files from 2017)."""
-    version = state_dict.get("decoder.version")
-    if version is None:
-        return 1.0
-    return float(torch.as_tensor(version).reshape(-1)[0])
-
-
-def _fold_tap_norm(g: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tap weight norm (dim 0) -> per-output-channel weight norm (dim 2) of a TBC weight.
-
-    Args:
-        g: (k, 1, 1) gains, one per kernel tap.
-        v: (k, in, out) directions.
-
-    Returns:
-        g' (1, 1, out) and v' (k, in, out) with g' * v' / ||v'|| = g * v / ||v||.
-    """
-    dtype = v.dtype if v.dtype in (torch.float32, torch.float64) else torch.float32
-    v64 = v.to(torch.float64)
-    tap_norm = v64.pow(2).sum(dim=(1, 2), keepdim=True).sqrt()  # (k, 1, 1)
-    # a zero tap stays zero instead of 0/0 (torch's own weight norm would give nan)
-    weight = g.to(torch.float64) * v64 / tap_norm.clamp_min(torch.finfo(torch.float64).tiny)
-    channel_norm = weight.pow(2).sum(dim=(0, 1), keepdim=True).sqrt()  # (1, 1, out)
-    return channel_norm.to(dtype), weight.to(dtype)
-
-
-def upgrade_state_dict(
-    state_dict: Mapping[str, torch.Tensor], path: str | Path
-) -> OrderedDict[str, torch.Tensor]:
-    """A copy of a fairseq fconv state dict in the current layout (``decoder.version`` = 2).
-
-    Every decoder convolution whose ``weight_g`` is (k, 1, 1) -- the pre-2018 per-tap form --
-    is folded into the per-channel form; one already in the (1, 1, 2C) form is kept.
-
-    Raises:
-        CheckpointError: a decoder convolution's gain has neither shape, or the file says
-            version >= 2 but holds per-tap gains.
-    """
-    out: OrderedDict[str, torch.Tensor] = OrderedDict(state_dict)
-    version = decoder_version(state_dict)
-    for key in list(out):
-        match = _DECODER_CONV_G.match(key)
-        if match is None:
-            continue
-        v_key = f"decoder.convolutions.{match.group(1)}.weight_v"
-        g, v = out[key], out.get(v_key)
-        if v is None or v.dim() != 3:
-            raise CheckpointError(f"{path}: {key} has no 3-d {v_key} beside it")
-        k, _, channels = v.shape
-        if tuple(g.shape) == (1, 1, channels):
-            continue  # already the per-output-channel form
-        if tuple(g.shape) != (k, 1, 1):
-            raise CheckpointError(
-                f"{path}: {key} has shape {tuple(g.shape)}; expected (1, 1, {channels}) or, "
-                f"in files from before 2018, ({k}, 1, 1)"
-            )
-        if version >= 2:
-            raise CheckpointError(
-                f"{path}: decoder.version is {version:g} but {key} has the pre-2018 per-tap "
-                f"shape ({k}, 1, 1); the file is inconsistent"
-            )
-        out[key], out[v_key] = _fold_tap_norm(g, v)
-    out["decoder.version"] = torch.tensor([2.0])
-    return out
 
 
 def check_vocabularies(
@@ -144,6 +67,6 @@ def describe_load_error(
     if mismatched:
         parts.append(f"shape mismatch {mismatched[:8]}{' ...' if len(mismatched) > 8 else ''}")
     return (
-        f"the model state does not fit an {arch} model built from the checkpoint's arguments: "
+        f"the model state does not fit the {arch} model built from the checkpoint's arguments: "
         + "; ".join(parts)
     )

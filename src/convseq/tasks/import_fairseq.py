@@ -1,4 +1,5 @@
-"""`task=import_fairseq`: turn a fairseq fconv checkpoint into a convseq (Lightning) checkpoint.
+"""`task=import_fairseq`: turn a fairseq translation checkpoint (fconv or LightConv / DynamicConv)
+into a convseq (Lightning) checkpoint.
 
     python run.py task=import_fairseq ckpt=/models/wmt14.en-fr/model.pt \
         import_fairseq.output=/models/en-fr.ckpt [import_fairseq.dict_dir=...]
@@ -37,7 +38,8 @@ def import_fairseq(
     optim: OptimConfig | Mapping[str, Any] | None = None,
     criterion: CriterionConfig | Mapping[str, Any] | None = None,
 ) -> Path:
-    """Convert a fairseq fconv checkpoint; return the written convseq checkpoint's path.
+    """Convert a fairseq fconv or LightConv checkpoint; return the written convseq checkpoint's
+    path.
 
     Args:
         checkpoint_path: fairseq's checkpoint (``checkpoint_best.pt``, ``model.pt``).
@@ -74,7 +76,9 @@ def import_fairseq(
 def run_import_fairseq(cfg: ImportFairseqTaskConfig) -> Path:
     """Convert the fairseq checkpoint `ckpt` to a convseq checkpoint."""
     if not cfg.ckpt:
-        raise CheckpointError("task=import_fairseq needs ckpt=PATH: a fairseq fconv checkpoint")
+        raise CheckpointError(
+            "task=import_fairseq needs ckpt=PATH: a fairseq fconv or LightConv checkpoint"
+        )
     opts = cfg.import_fairseq
     output = opts.output or str(Path(cfg.paths.output_dir) / "imported.ckpt")
     path = import_fairseq(cfg.ckpt, output, opts.dict_dir, optim=cfg.optim, criterion=cfg.criterion)
