@@ -75,12 +75,12 @@ def _plain_dict(*_args: Any) -> dict:
     return {}
 
 
-# Every global a fairseq fconv checkpoint's pickle references, beyond the tensor, storage and
-# OrderedDict globals torch's weights-only unpickler already allows. Keys are the names as the
+# Every global a fairseq translation checkpoint's (fconv, LightConv) pickle references, beyond the
+# tensor, storage and OrderedDict globals torch's weights-only unpickler already allows. Keys are the names as the
 # unpickler resolves them (protocol 2 writes builtins as __builtin__, and int as long).
 ALLOWED_GLOBALS: dict[str, Any] = {
     # `args` of every fairseq release; also `cfg["model"]` (and sometimes `cfg["task"]`) of
-    # argparse-defined models like fconv, which fairseq stores as a Namespace inside its cfg.
+    # argparse-defined models (fconv, LightConv), which fairseq stores as a Namespace in its cfg.
     "argparse.Namespace": argparse.Namespace,
     # fairseq 0.10 pickles its cfg as a DictConfig (later releases as a plain dict).
     "omegaconf.dictconfig.DictConfig": DictConfigRecord,
@@ -144,7 +144,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             # `from None`: torch's own message suggests unsafe loading, which convseq never does
             raise CheckpointError(
                 f"{path}: refused to load: the file's pickle references {', '.join(refused)}, "
-                "which is not among the globals a fairseq fconv checkpoint holds (argparse "
+                "which is not among the globals a fairseq translation checkpoint holds (argparse "
                 "Namespace, OmegaConf config nodes, tensors). Loading it could run code from "
                 "the file, so convseq does not unpickle it."
             ) from None
