@@ -4,6 +4,10 @@ Run by tests/training/test_ddp.py in a subprocess, never inside pytest: Lightnin
 rank 1 by re-running this command line.
 
     python tests/ddp_script.py CORPUS_DIR CACHE_DIR OUTPUT_DIR RECORD_DIR [KEY=VALUE ...]
+        [--then OUTPUT_DIR RECORD_DIR [KEY=VALUE ...]] ...
+
+Each ``--then`` starts one more training run after the one before ends, in the same two
+processes and process group (one launch, one start-up, for runs that need no fresh process).
 
 Extra KEY=VALUE arguments are config overrides (e.g. ``trainer.max_epochs=2 resume=true``); one
 more, ``sigterm_at_step=K``, makes rank 0 send itself SIGTERM right after update K (the signal a
@@ -11,7 +15,7 @@ cluster sends), as a user interrupting the run would. ``count_syncs=1`` records,
 device reads and collectives `tests/search/host_reads.DeviceReads` sees (``record["syncs"]``);
 ``lightning_ddp=1`` trains with Lightning's own DDPStrategy instead of convseq's.
 
-Every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
+For every run, every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
 first update, every train batch's sentence ids and dummy flag, and the first batch itself; and
 `RECORD_DIR/rank{r}_writes.json`: every file or folder it created, opened for writing or renamed
 inside OUTPUT_DIR (seen through Python's audit hooks, so nothing in convseq is patched).
@@ -19,8 +23,8 @@ inside OUTPUT_DIR (seen through Python's audit hooks, so nothing in convseq is p
 
 from __future__ import annotations
 
-import atexit
 import json
+import logging
 import os
 import signal
 import sys
@@ -41,16 +45,21 @@ TINY = [
     "model.dropout=0.0",  # the reference step in the test must see the same forward pass
 ]
 
-_writes: list[str] = []
+THEN = "--then"
+
+_writes: list[str] = []  # the writes of the run under way
 _rank = {"value": int(os.environ.get("LOCAL_RANK", "0"))}
+_watched = {"prefix": ""}  # the output folder of the run under way
 
 
-def _watch_writes(output_dir: Path) -> None:
-    """Record every write inside `output_dir` made by this process."""
-    prefix = str(output_dir)
+def _watch_writes() -> None:
+    """Record every write inside the output folder of the run under way made by this process."""
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
     def hook(event: str, args: tuple) -> None:
+        prefix = _watched["prefix"]
+        if not prefix:
+            return
         if event == "open":
             path, mode, flags = args
             writing = (mode is not None and any(c in str(mode) for c in "wax+")) or (
@@ -102,15 +111,15 @@ class Recorder(pl.Callback):
         self.record["updates"] = trainer.global_step
 
 
-def _record_translations(record: dict[str, Any]) -> None:
-    """Keep the sentence ids of every batch this rank translates (validation and test BLEU)."""
+def _record_translations(current: dict[str, Any]) -> None:
+    """Keep the sentence ids of every batch this rank translates (validation and test BLEU) in
+    ``current["record"]``, the record of the run under way."""
     from convseq.inference.translator import Translator
 
     translate_batch = Translator.translate_batch
-    record["translated"] = []
 
     def recording(self, batch, *args, **kwargs):
-        record["translated"].append(batch["id"].tolist())
+        current["record"]["translated"].append(batch["id"].tolist())
         return translate_batch(self, batch, *args, **kwargs)
 
     Translator.translate_batch = recording
@@ -162,31 +171,41 @@ class SyncCounter(pl.Callback):
         self.mode.__exit__(None, None, None)
 
 
-def main() -> None:
-    corpus, cache, output_dir, record_dir = (Path(a).absolute() for a in sys.argv[1:5])
-    options = ("sigterm_at_step=", "count_syncs=", "lightning_ddp=")
-    extra = [a for a in sys.argv[5:] if not a.startswith(options)]
-    sigterm = [int(a.split("=", 1)[1]) for a in sys.argv[5:] if a.startswith("sigterm_at_step=")]
-    count_syncs = "count_syncs=1" in sys.argv[5:]
-    if "lightning_ddp=1" in sys.argv[5:]:  # Lightning's DDPStrategy, as before convseq's
-        import convseq.training.build as build
+def _runs(args: list[str]) -> list[tuple[Path, Path, list[str]]]:
+    """OUTPUT_DIR RECORD_DIR [KEY=VALUE ...], once per run, the runs parted by ``--then``."""
+    runs, run = [], []
+    for arg in [*args, THEN]:
+        if arg != THEN:
+            run.append(arg)
+            continue
+        assert len(run) >= 2, f"each run needs OUTPUT_DIR RECORD_DIR: {args}"
+        runs.append((Path(run[0]).absolute(), Path(run[1]).absolute(), run[2:]))
+        run = []
+    return runs
 
-        build.strategy_argument = lambda name: name
-    torch.set_num_threads(1)
-    _watch_writes(output_dir)
-    record_dir.mkdir(parents=True, exist_ok=True)
-    atexit.register(
-        lambda: (record_dir / f"rank{_rank['value']}_writes.json").write_text(json.dumps(_writes))
-    )
 
+def _train(
+    corpus: Path, cache: Path, output_dir: Path, record_dir: Path, args: list[str], current: dict
+) -> None:
+    """One training run: `args` are its overrides and this script's own options."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from convseq.cli.schema import register_configs
+    import convseq.training.build as build
     from convseq.tasks.config import as_config
     from convseq.tasks.train import train
 
-    register_configs()
+    options = ("sigterm_at_step=", "count_syncs=", "lightning_ddp=")
+    extra = [a for a in args if not a.startswith(options)]
+    sigterm = [int(a.split("=", 1)[1]) for a in args if a.startswith("sigterm_at_step=")]
+    count_syncs = "count_syncs=1" in args
+    strategy_argument = build.strategy_argument
+    if "lightning_ddp=1" in args:  # Lightning's DDPStrategy, as before convseq's
+        build.strategy_argument = lambda name: name
+    record_dir.mkdir(parents=True, exist_ok=True)
+    _writes.clear()
+    _watched["prefix"] = str(output_dir)
+
     GlobalHydra.instance().clear()
     overrides = [
         "data.generator=null",
@@ -209,12 +228,41 @@ def main() -> None:
     GlobalHydra.instance().clear()
     cfg.paths.output_dir = str(output_dir)
     recorder = Recorder()
-    _record_translations(recorder.record)
+    recorder.record["translated"] = []
+    current["record"] = recorder.record
     callbacks: list[pl.Callback] = [recorder, *(SigtermAt(k) for k in sigterm)]
     if count_syncs:
         callbacks.append(SyncCounter(recorder.record))
-    train(as_config(cfg), callbacks=callbacks)
+    try:
+        train(as_config(cfg), callbacks=callbacks)
+    finally:
+        build.strategy_argument = strategy_argument
+        _watched["prefix"] = ""
+        (record_dir / f"rank{_rank['value']}_writes.json").write_text(json.dumps(_writes))
     torch.save(recorder.record, record_dir / f"rank{recorder.record['rank']}.pt")
+
+
+def main() -> None:
+    corpus, cache = (Path(a).absolute() for a in sys.argv[1:3])
+    runs = _runs(sys.argv[3:])
+    torch.set_num_threads(1)
+    _watch_writes()
+
+    from convseq.cli.schema import register_configs
+
+    register_configs()
+    current: dict[str, Any] = {"record": {"translated": []}}
+    _record_translations(current)
+    for output_dir, record_dir, args in runs:
+        _train(corpus, cache, output_dir, record_dir, args, current)
+    # every record is written: leave the process group and the logs, then skip the interpreter's
+    # teardown of torch and Lightning's modules (seconds a rank)
+    logging.shutdown()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

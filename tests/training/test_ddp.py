@@ -9,7 +9,12 @@ cannot happen inside pytest; the script records what each rank did and this test
   short runs a dummy batch instead, so both ranks take the same number of steps;
 - validation and test figures equal a single-process evaluation of the whole split (the dummy
   batch evening out the ranks is not counted);
-- only rank 0 writes checkpoints, logs and the summary, and prints the summary line.
+- only rank 0 writes checkpoints, logs and the summary, and prints the summary line;
+- a model with parameters that get no gradient (`model.decoder_attention=false`: the encoder's
+  output goes unused) trains past the second step, where PyTorch's DDP, not told, fails.
+
+The two runs share one launch (tests/ddp_script.py's ``--then``): the unused-parameter run starts
+in the same two processes once the first has ended.
 """
 
 from __future__ import annotations
@@ -27,16 +32,27 @@ from convseq.optim.build import build_optimizer
 from convseq.training.module import ConvSeqModule
 from tests.training_utils import ddp_script_command, launch_env
 
+# the second run of the launch: no decoder layer attends, so no encoder parameter gets a gradient
+UNUSED = ["model.decoder_attention=false", "trainer.limit_train_batches=4", "final_test=false"]
+
 
 @pytest.fixture(scope="module")
-def ddp_run(tiny_data, tmp_path_factory):
-    """Run the script once; the records of both ranks, the output folder and stdout."""
+def launch(tiny_data, tmp_path_factory):
+    """Run the script once, with its two runs; the working folder and the process."""
     work = tmp_path_factory.mktemp("ddp")
-    out, record = work / "out", work / "record"
     env = launch_env()
-    cmd = ddp_script_command(tiny_data, out, record)
+    cmd = ddp_script_command(tiny_data, work / "out", work / "record")
+    cmd += ["--then", str(work / "unused" / "out"), str(work / "unused" / "record"), *UNUSED]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return work, proc
+
+
+@pytest.fixture(scope="module")
+def ddp_run(launch):
+    """The first run: the records of both ranks, the output folder and stdout."""
+    work, proc = launch
+    out, record = work / "out", work / "record"
     ranks = [torch.load(record / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     writes = [json.loads((record / f"rank{r}_writes.json").read_text()) for r in (0, 1)]
     return {"ranks": ranks, "writes": writes, "out": out, "stdout": proc.stdout}
@@ -150,3 +166,17 @@ def test_only_rank_0_writes_and_prints(ddp_run):
     assert any(w.startswith(str(out / ".summary.json")) for w in written)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert ddp_run["stdout"].count("convseq: 1 epoch, 10 updates") == 1
+
+
+def test_two_gloo_ranks_train_a_model_with_unused_parameters(launch):
+    work, proc = launch
+    work = work / "unused"
+    assert "get no gradient (encoder." in proc.stdout + proc.stderr
+    assert "find_unused_parameters on" in proc.stdout + proc.stderr
+    ranks = [torch.load(work / "record" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [r["updates"] for r in ranks] == [4, 4]  # past the second step, where DDP failed
+    last = torch.load(work / "out" / "checkpoints" / "last.ckpt", weights_only=True)
+    weights = {k.removeprefix("model."): v for k, v in last["state_dict"].items()}
+    init = ranks[0]["init"]
+    assert all(torch.equal(weights[k], init[k]) for k in init if k.startswith("encoder."))
+    assert not torch.equal(weights["decoder.fc3.bias"], init["decoder.fc3.bias"])

@@ -1,7 +1,8 @@
 """DDP on CPU (2 gloo processes): exact resume, BLEU shared by the ranks, and run.py trainer=ddp.
 
 Two epochs with dropout and validation BLEU every epoch, three times: straight through; cut by a
-SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``resume=true``.
+SIGTERM to rank 0 in the middle of epoch 2; and resumed from that cut with ``resume=true``. The
+first two are one launch (tests/ddp_script.py's ``--then``), the resumed run a fresh one.
 
 - The resumed run ends with the straight run's weights, bit for bit: each rank's own RNG state
   (dropout) is saved and restored, not rank 0's on every rank.
@@ -33,15 +34,24 @@ from tests.training.run_py import (
 )
 from tests.training_utils import ddp_script_command, launch_env
 
+# updates an epoch per rank in the straight run (test_a_sigterm_... checks it): the cut run
+# starts in the same launch, so its step is given before the straight run's summary exists
+PER_EPOCH = 22
 
-def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
+
+def ddp(tiny_data, out: Path, *extra: str, then: tuple[tuple[Path, list[str]], ...] = ()) -> None:
+    """One launch of tests/ddp_script.py with the runs' settings: a run in `out` with `extra`,
+    then, in the same launch, one in each folder of `then` with its own overrides (each run
+    keeps its records in `<folder>_record`)."""
     env = launch_env()
     cmd = ddp_script_command(
         tiny_data, out, out.with_name(out.name + "_record"), *RUN, *GEN, *extra
     )
+    for folder, more in then:
+        record = folder.with_name(folder.name + "_record")
+        cmd += ["--then", str(folder), str(record), *RUN, *GEN, *more]
     proc = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
 
 
 def records(out: Path) -> list[dict]:
@@ -53,10 +63,9 @@ def records(out: Path) -> list[dict]:
 def runs(tiny_data, tmp_path_factory):
     work = tmp_path_factory.mktemp("ddp_resume")
     straight, cut = work / "straight", work / "cut"
-    ddp(tiny_data, straight)
+    cut_at = PER_EPOCH + 3  # in the middle of epoch 2
+    ddp(tiny_data, straight, then=((cut, [f"sigterm_at_step={cut_at}"]),))
     per_epoch = json.loads((straight / "summary.json").read_text())["history"][0]["updates"]
-    cut_at = per_epoch + 3  # in the middle of epoch 2
-    ddp(tiny_data, cut, f"sigterm_at_step={cut_at}")
     interrupted = json.loads((cut / "summary.json").read_text())
     cut_records = records(cut)
     ddp(tiny_data, cut, "resume=true")
@@ -64,6 +73,7 @@ def runs(tiny_data, tmp_path_factory):
         "straight": straight,
         "cut": cut,
         "cut_at": cut_at,
+        "per_epoch": per_epoch,
         "interrupted": interrupted,
         "cut_records": cut_records,
     }
@@ -71,6 +81,7 @@ def runs(tiny_data, tmp_path_factory):
 
 def test_a_sigterm_mid_epoch_then_resume_ends_with_the_straight_runs_weights(runs):
     interrupted, cut_at = runs["interrupted"], runs["cut_at"]
+    assert cut_at == runs["per_epoch"] + 3  # the straight run's epoch: 3 updates into epoch 2
     # the signal arrives after convseq's check of update cut_at: the next update ends the run
     assert interrupted["interrupted"] and interrupted["updates"] == cut_at + 1
     assert "SIGTERM during epoch 2" in interrupted["stop_reason"]
