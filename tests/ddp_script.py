@@ -15,10 +15,11 @@ cluster sends), as a user interrupting the run would. ``count_syncs=1`` records,
 device reads and collectives `tests/search/host_reads.DeviceReads` sees (``record["syncs"]``);
 ``lightning_ddp=1`` trains with Lightning's own DDPStrategy instead of convseq's.
 
-For every run, every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training and after the
-first update, every train batch's sentence ids and dummy flag, and the first batch itself; and
-`RECORD_DIR/rank{r}_writes.json`: every file or folder it created, opened for writing or renamed
-inside OUTPUT_DIR (seen through Python's audit hooks, so nothing in convseq is patched).
+For every run, every rank writes `RECORD_DIR/rank{r}.pt`: the weights at the start of training
+and after the first update, every train batch's sentence ids and dummy flag, and the first batch
+itself; and `RECORD_DIR/rank{r}_writes.json`: every file or folder it created, opened for writing
+or renamed inside OUTPUT_DIR (seen through Python's audit hooks, so nothing in convseq is
+patched).
 """
 
 from __future__ import annotations
