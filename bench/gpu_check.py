@@ -18,7 +18,11 @@ What it does, cheapest checks first, so that a run cut short by a time limit has
 4. `python run.py` in a subprocess, SIGTERM after a third of its updates: exit 75 and
    last.ckpt, then `resume=true` finishes with the uninterrupted run's loss (`bench/gpu_runpy.py`).
 5. DDP over every visible GPU when there are several (`trainer=ddp`, a subprocess).
-6. Trains the big `fconv_wmt_en_de` preset for `--big-updates` updates on the same corpus in
+6. The other model family (`bench/gpu_lightconv.py`): the `lightconv_iwslt_de_en` preset
+   (DynamicConv) trained for `--lightconv-updates` updates in each precision (target tokens per
+   second, peak memory), then beam 5 from its fp32 checkpoint on the GPU and on the CPU: the
+   hypotheses must agree; sentences per second at beam 5, and with `gen.precision=bf16`.
+7. Trains the big `fconv_wmt_en_de` preset for `--big-updates` updates on the same corpus in
    each precision: target tokens per second, peak memory.
 
     python bench/gpu_check.py                             # sized for under 8 minutes on one GPU
@@ -44,6 +48,7 @@ from pathlib import Path
 import torch
 
 from gpu_common import Plan, Report, compose, corpus_overrides, environment, timed
+from gpu_lightconv import lightconv_measurements
 from gpu_parity import FAULTS
 from gpu_runpy import ddp_check, resume_check
 from gpu_train import big_measurements, parity_checks, test_device_check, training_measurements
@@ -52,8 +57,8 @@ from machine import machine_line  # bench/, beside this script (on sys.path as a
 
 # --only: one part alone (with the training run it needs), for a quick look or the tests;
 # --skip: leave parts out (the tests' dry run leaves out the two that start run.py subprocesses)
-ONLY = ("parity", "resume", "ddp", "big")
-SKIPPABLE = ("resume", "ddp", "big")
+ONLY = ("parity", "resume", "ddp", "lightconv", "big")
+SKIPPABLE = ("resume", "ddp", "lightconv", "big")
 
 
 def table(report: Report, corpus: str, out: str) -> str:
@@ -92,7 +97,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         choices=ONLY,
-        help="one part alone: parity (no timings); resume, ddp, big (after the fp32 run)",
+        help="one part alone: parity (no timings); resume, ddp, lightconv, big (after the fp32 "
+        "run; lightconv trains its own)",
     )
     p.add_argument(
         "--skip",
@@ -114,6 +120,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sentences", type=int, default=200, help="test sentences translated")
     p.add_argument("--big-updates", type=int, default=40, help="updates of each big-preset run")
     p.add_argument(
+        "--lightconv-updates", type=int, default=100, help="updates of each LightConv run"
+    )
+    p.add_argument(
         "--resume-updates", type=int, default=30, help="updates of the SIGTERM/resume run"
     )
     p.add_argument("--ddp-updates", type=int, default=100, help="updates of the DDP run")
@@ -130,7 +139,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", help="also write the figures to this JSON file (after each part)")
     p.add_argument("--budget", action="store_true", help="print each part's seconds")
     args = p.parse_args(argv)
-    for key in ("updates", "parity_updates", "sentences", "big_updates", "ddp_updates"):
+    counts = ("updates", "parity_updates", "sentences", "big_updates", "lightconv_updates")
+    for key in (*counts, "ddp_updates"):
         if getattr(args, key) < 1:
             p.error(f"--{key.replace('_', '-')} must be at least 1")
     if args.resume_updates < 3:
@@ -171,6 +181,11 @@ def check_all(
     if only in (None, "ddp") and "ddp" not in args.skip:
         with timed(report, "ddp"):
             ddp_check(report, plan, base, out, fp32)
+        save(report)
+    if only in (None, "lightconv") and "lightconv" not in args.skip:
+        lines = test_sources(compose(base, out / "unused"), plan.beam_sentences)
+        with timed(report, "lightconv"):
+            lightconv_measurements(report, plan, base, out, lines, args.allow_mismatch)
         save(report)
     if only in (None, "big") and "big" not in args.skip:
         with timed(report, "big"):

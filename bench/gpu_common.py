@@ -27,6 +27,7 @@ DEFAULT_DATA_ROOT = ROOT.parent / "shared" / "data"
 
 PRESET = "fconv_iwslt_de_en"
 BIG_PRESET = "fconv_wmt_en_de"
+LIGHTCONV_PRESET = "lightconv_iwslt_de_en"  # the other model family (bench/gpu_lightconv.py)
 FP32, BF16, MIXED = "32-true", "bf16-mixed", "16-mixed"
 PRECISIONS_ALL = (FP32, BF16, MIXED)  # the training runs, and the runs compared with the CPU
 LABEL = {FP32: "fp32", BF16: "bf16-mixed", MIXED: "16-mixed"}
@@ -80,6 +81,7 @@ class Plan:
     beam_sentences: int
     big_updates: int
     big_shrink: int  # channel divisor of the big preset (1 = the preset as it is)
+    lightconv_updates: int  # updates of each LightConv run (bench/gpu_lightconv.py)
     resume_updates: int  # the SIGTERM/resume run's length; SIGTERM after a third of it
     ddp_devices: int  # processes of the DDP run; 0: no DDP run (one GPU)
     ddp_updates: int
@@ -99,6 +101,7 @@ class Plan:
                 beam_sentences=8,
                 big_updates=min(args.big_updates, 3),
                 big_shrink=32,
+                lightconv_updates=min(args.lightconv_updates, 3),
                 resume_updates=min(args.resume_updates, 12),
                 ddp_devices=2,  # gloo processes on the CPU, through the same code
                 ddp_updates=min(args.ddp_updates, 4),
@@ -115,6 +118,7 @@ class Plan:
             beam_sentences=args.sentences,
             big_updates=args.big_updates,
             big_shrink=1,
+            lightconv_updates=args.lightconv_updates,
             resume_updates=args.resume_updates,
             ddp_devices=gpus if gpus > 1 else 0,
             ddp_updates=args.ddp_updates,

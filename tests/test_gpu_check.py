@@ -38,11 +38,22 @@ ROWS = [
     "end-of-training test device",
     "SIGTERM, resume=true",
     "ddp, 2 processes",
+    "lightconv train fp32",
+    "lightconv train bf16-mixed",
+    "lightconv train 16-mixed",
+    "lightconv beam 5 cpu vs CPU",
+    "lightconv translate beam 5, batch 128",
+    "lightconv beam 5, gen.precision=bf16",
 ]
 # a dry run trains in bf16-mixed only where this CPU has bf16 arithmetic (AVX-512 BF16)
 BF16 = cpu_has("bf16")
 TRAINED = ("fp32", "bf16-mixed") if BF16 else ("fp32",)
-BF16_ROWS = {"parity bf16-mixed vs CPU", "train bf16-mixed", "big preset bf16-mixed"}
+BF16_ROWS = {
+    "parity bf16-mixed vs CPU",
+    "train bf16-mixed",
+    "big preset bf16-mixed",
+    "lightconv train bf16-mixed",
+}
 CHECKS = [
     "parity fp32 vs CPU",
     *(["parity bf16-mixed vs CPU"] if BF16 else []),
@@ -50,6 +61,7 @@ CHECKS = [
     "beam 5 cpu vs CPU",
     "SIGTERM, resume=true",
     "ddp, 2 processes",
+    "lightconv beam 5 cpu vs CPU",
 ]
 # the parts that start `python run.py` subprocesses (SIGTERM + resume=true, trainer=ddp): the
 # default run's dry run leaves them out (--skip), their run.py paths being covered by
@@ -107,11 +119,17 @@ def test_dry_run_prints_the_table(dry_run):
     assert rows["beam 5 cpu vs CPU"] == "PASS"
     assert rows["end-of-training test device"] == "PASS"
     skipped = {name for name, status in rows.items() if status == "skip"}
-    sixteen = {"train 16-mixed", "big preset 16-mixed", "parity 16-mixed vs CPU"}
+    sixteen = {
+        "train 16-mixed",
+        "big preset 16-mixed",
+        "parity 16-mixed vs CPU",
+        "lightconv train 16-mixed",
+    }
     if BF16:
         assert skipped == sixteen
     else:
-        assert skipped == {*sixteen, *BF16_ROWS, "translate beam 5, gen.precision=bf16"}
+        bf16_gen = {"translate beam 5, gen.precision=bf16", "lightconv beam 5, gen.precision=bf16"}
+        assert skipped == {*sixteen, *BF16_ROWS, *bf16_gen}
     assert "all checks passed" in out
     # each row also printed as it is made: a run cut by a time limit still shows it
     assert "gpu_check: row | beam 5 cpu vs CPU | 8/8 identical" in out
@@ -220,13 +238,34 @@ def test_dry_run_translation(dry_run):
     assert result["test_device"] == "cpu"
 
 
+def test_dry_run_lightconv_trains_and_translates_the_other_family(dry_run):
+    light = dry_run["json"]["lightconv"]
+    assert light["preset"] == "lightconv_iwslt_de_en"
+    assert light["updates"] == 3 and light["width_divisor"] == 32
+    for label in TRAINED:
+        f = light[label]
+        assert f["updates"] == 3 and f["wps"] > 0 and math.isfinite(f["last_loss"])
+        assert 0 < f["params_m"] < 1 and f["peak_mem_mib"] is None  # the preset, narrowed
+    assert "CPU" in light["16-mixed"]["skipped"]
+    beam = light["beam"]
+    assert beam["sentences"] == 8 and beam["identical"] == 8 and beam["mismatched"] == 0
+    assert beam["beam5_sent_per_s"] > 0
+    if BF16:
+        assert 0 <= beam["bf16"]["equal_to_fp32"] <= 8
+    else:
+        assert "BF16" in beam["bf16"]["skipped"]
+    out = dry_run["stdout"]
+    assert "gpu_check: row | lightconv beam 5 cpu vs CPU | 8/8 identical" in out
+    assert table_rows(out)["lightconv beam 5 cpu vs CPU"] == "PASS"
+
+
 def test_dry_run_checks_and_budget_without_the_run_py_parts(dry_run):
     result = dry_run["json"]
     assert "resume" not in result and "ddp" not in result
     assert [c["name"] for c in result["checks"]] == [c for c in CHECKS if c not in RUNPY_ROWS]
     assert all(c["ok"] for c in result["checks"])
     budget = result["budget"]
-    assert list(budget) == ["parity", "train", "translate", "big"]
+    assert list(budget) == ["parity", "train", "translate", "lightconv", "big"]
     assert all(s > 0 for s in budget.values()) and sum(budget.values()) <= result["seconds"]
     assert "time by part:" in dry_run["stdout"]
 
@@ -252,7 +291,7 @@ def test_dry_run_resume_ddp_checks_and_budget(tmp_path):
     assert [c["name"] for c in result["checks"]] == CHECKS
     assert all(c["ok"] for c in result["checks"])
     budget = result["budget"]
-    assert list(budget) == ["parity", "train", "translate", "resume", "ddp", "big"]
+    assert list(budget) == ["parity", "train", "translate", "resume", "ddp", "lightconv", "big"]
     assert all(s > 0 for s in budget.values()) and sum(budget.values()) <= result["seconds"]
 
 
