@@ -93,7 +93,9 @@ def test_an_old_checkpoint_loads_weights_only_as_the_module_and_as_a_translator(
 
     path = PRE_LAYOUT / "last.ckpt"
     module = ConvSeqModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True)
-    assert module.hparams["model"] == expected["config_overrides"]
+    # a checkpoint from before the model config named its family is an fconv's
+    assert "family" not in expected["config_overrides"]
+    assert module.hparams["model"] == {**expected["config_overrides"], "family": "fconv"}
     translator = Translator.from_checkpoints(path)
     # the translator's model is built from the hyperparameters alone: the same weights
     theirs = translator.models[0].state_dict()
@@ -134,6 +136,7 @@ ADDED_SINCE_PRE_LAYOUT = {
     ("datamodule_hyper_parameters", "data", "format"),  # convseq | fairseq (a fairseq data-bin)
     ("datamodule_hyper_parameters", "data", "path"),  # the fairseq data-bin's folder (or None)
     ("datamodule_hyper_parameters", "data", "remove_bpe"),  # its subword joiner (or None)
+    ("hyper_parameters", "model", "family"),  # the model family (none: fconv's)
 }
 # keys of the old file that today's code no longer writes (the old file still resumes)
 REMOVED_SINCE_PRE_LAYOUT = {

@@ -18,7 +18,8 @@ from convseq.checkpoints.io import BEST, CRASH, LAST, AtomicCheckpointIO
 from convseq.common.config import plain
 from convseq.data.databin import DataBin
 from convseq.data.datamodule import TranslationDataModule
-from convseq.errors import CheckpointError
+from convseq.errors import CheckpointError, ConvseqError
+from convseq.models.family import model_config
 from convseq.training.amp import precision_plugins
 from convseq.training.bleu import TestBleu, ValidBleu, wants_valid_bleu
 from convseq.training.callbacks import (
@@ -267,14 +268,17 @@ def check_resume(
             f"{path}: not a convseq training checkpoint (no model hyperparameters)"
         )
     mine = module.hparams
+    try:  # typed, so that a key the checkpoint predates compares as its default
+        theirs_model = plain(model_config(hp["model"]))
+    except ConvseqError as e:
+        raise CheckpointError(f"{path}: its model configuration does not read: {e}") from e
+    ours_model = plain(module.model_cfg)
     changed = sorted(
-        k
-        for k in set(hp["model"]) | set(mine["model"])
-        if hp["model"].get(k) != mine["model"].get(k)
+        k for k in set(theirs_model) | set(ours_model) if theirs_model.get(k) != ours_model.get(k)
     )
     if changed:
         detail = ", ".join(
-            f"{k}: {hp['model'].get(k)!r} there, {mine['model'].get(k)!r} now" for k in changed
+            f"{k}: {theirs_model.get(k)!r} there, {ours_model.get(k)!r} now" for k in changed
         )
         raise CheckpointError(
             f"{path}: trained with another model configuration ({detail}); resume with the "
