@@ -32,7 +32,7 @@ TASK_HELP = {
     "average": "average checkpoints: ckpts=[RUN_DIR] average.last_n=5 (fairseq's average)",
     "compare": "BLEU with 95% intervals and paired bootstrap p: compare.runs=[RUN_A,RUN_B]",
     "report": "the summary table and curves of a sweep: sweep_dir=multirun/...",
-    "import_fairseq": "convert a fairseq fconv checkpoint (ckpt=checkpoint_best.pt) to convseq's",
+    "import_fairseq": "convert a fairseq fconv or LightConv checkpoint (ckpt=checkpoint_best.pt) to convseq's",
 }
 TASKS = tuple(TASK_HELP)
 

@@ -61,7 +61,7 @@ def load_any(
     path: str | os.PathLike, dict_dir: str | os.PathLike | None = None, map_location: Any = "cpu"
 ) -> LoadedModel:
     """Read a convseq checkpoint (a run folder, or its checkpoints folder: its best.ckpt, else
-    its last.ckpt) or a fairseq fconv checkpoint.
+    its last.ckpt) or a fairseq fconv or LightConv checkpoint.
 
     Both are read with ``weights_only=True`` (fairseq's through convseq.checkpoints.safe_load's allowlist);
     nothing in the file runs.

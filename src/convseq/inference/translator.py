@@ -100,7 +100,7 @@ class Translator:
         map_location: Any = "cpu",
         options: GenConfig | None = None,
     ) -> Translator:
-        """Load convseq checkpoints (``.ckpt``) and/or fairseq fconv checkpoints (``.pt``).
+        """Load convseq checkpoints (``.ckpt``) and/or fairseq fconv or LightConv checkpoints (``.pt``).
 
         Several paths make an ensemble; their dictionaries (and the data they were trained on,
         where they record it) must be identical. A fairseq

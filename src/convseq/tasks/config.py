@@ -69,7 +69,7 @@ class AverageConfig:
 
 @dataclass
 class ImportFairseqConfig:
-    """`task=import_fairseq ckpt=PATH`: convert a fairseq fconv checkpoint to a convseq one."""
+    """`task=import_fairseq ckpt=PATH`: convert a fairseq fconv or LightConv checkpoint to a convseq one."""
 
     dict_dir: str | None = None  # folder of dict.<lang>.txt (default: beside the checkpoint)
     output: str | None = None  # the converted checkpoint (default <output_dir>/imported.ckpt)
@@ -146,7 +146,7 @@ class PreprocessTaskConfig:
 
 @dataclass
 class ImportFairseqTaskConfig:
-    """task=import_fairseq: a fairseq fconv checkpoint as a convseq one."""
+    """task=import_fairseq: a fairseq fconv or LightConv checkpoint as a convseq one."""
 
     task: str = "import_fairseq"
     paths: PathsConfig = field(default_factory=PathsConfig)

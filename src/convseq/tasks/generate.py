@@ -3,7 +3,7 @@ hypotheses, score BLEU.
 
     python run.py task=generate ckpt=outputs/.../checkpoints/best.ckpt gen.beam=5 gen.split=test
     python run.py task=generate ckpt=a.ckpt:b.ckpt            # an ensemble (fairseq's --path a:b)
-    python run.py task=generate ckpt=wmt/checkpoint_best.pt   # a fairseq fconv checkpoint
+    python run.py task=generate ckpt=wmt/checkpoint_best.pt   # a fairseq fconv or LightConv checkpoint
     python run.py task=generate ckpt=... gen.input=news.de [gen.reference=news.en]
 
 ``ckpt=`` a run folder (or its checkpoints folder) reads its best.ckpt, else its last.ckpt, and
