@@ -2,8 +2,10 @@
 
 The search's own phases (encoder, decoder, candidates, selection, finalisation, reorder; see
 `convseq.search.PHASES`), the decoder split by forward hooks into convolutions, attention,
-output projection (fc2 + fc3) and the rest of the layer stack (embeddings, fc1, GLU, residuals),
-plus data loading, detokenisation and scoring; the rest of the wall time (Lightning's loop,
+output projection (fconv: fc2 + fc3; LightConv: its output projection) and the rest of the layer
+stack (fconv: embeddings, fc1, GLU, residuals; LightConv: embeddings, the layers' linear
+projections, GLU, feed-forward, layer norms, residuals), plus data loading, detokenisation and
+scoring; the rest of the wall time (Lightning's loop,
 setup) is reported as such, never hidden.
 
 Timing reads the clock (and on a GPU synchronises) at every boundary, so a profiled run is a
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from convseq.models.lightconv import LightConvDecoder
 from convseq.search import PHASES, PhaseTimer
 
 # rows of the generation table: (key, label, indented under the row above)
@@ -41,6 +44,11 @@ GEN_ROWS = (
     ("scoring", "scoring (sacreBLEU)", False),
 )
 TOP_PARTS = ("data", *PHASES, "glue", "detok", "scoring")
+# the rows whose label names fconv's modules, as a LightConv decoder's are named
+LIGHTCONV_LABELS = {
+    "decoder.output": "output projection",
+    "decoder.layers": "embeddings, linear1/2, GLU, FFN, norms, residuals",
+}
 
 
 class _ModuleClock:
@@ -94,6 +102,7 @@ class GenerationProfiler:
         self.hooks = _ModuleClock(synchronize)
         self.wall = 0.0
         self._t0 = self._last = 0.0
+        self.families: set[str] = set()  # the families whose decoders have hooks
 
     def _now(self) -> float:
         if self.synchronize is not None:
@@ -104,8 +113,12 @@ class GenerationProfiler:
         """Begin the wall clock and put the decoder hooks in place."""
         for m in self.models:
             decoder = getattr(m, "decoder", None)
+            if isinstance(decoder, LightConvDecoder):
+                self._hook_lightconv(decoder)
+                continue
             if decoder is None or not hasattr(decoder, "convolutions"):
-                continue  # not an fconv decoder: its time stays in one "decoder" row
+                continue  # neither family's decoder: its time stays in one "decoder" row
+            self.families.add("fconv")
             self.hooks.add("decoder.whole", decoder)
             for conv in decoder.convolutions:
                 self.hooks.add("decoder.convolutions", conv)
@@ -115,6 +128,19 @@ class GenerationProfiler:
             self.hooks.add("decoder.output", decoder.fc2)
             self.hooks.add("decoder.output", decoder.fc3)
         self._t0 = self._last = self._now()
+
+    def _hook_lightconv(self, decoder: LightConvDecoder) -> None:
+        """A LightConv decoder's parts: each layer's convolution and encoder attention, the
+        projection out (and to the output width where it differs); the rest is the stack."""
+        self.hooks.add("decoder.whole", decoder)
+        for layer in decoder.layers:
+            self.hooks.add("decoder.convolutions", layer.conv)
+            if layer.encoder_attn is not None:
+                self.hooks.add("decoder.attention", layer.encoder_attn)
+        if decoder.project_out_dim is not None:
+            self.hooks.add("decoder.output", decoder.project_out_dim)
+        self.hooks.add("decoder.output", decoder.output_projection)
+        self.families.add("lightconv")
 
     def batch_start(self) -> None:
         """A batch reaches the step: the time since the last one was data loading and loop."""
@@ -180,7 +206,10 @@ class GenerationProfiler:
     def rows(self) -> list[tuple[str, float, bool]]:
         """The table's rows: (label, seconds, is a decoder sub-row), "not attributed" last."""
         parts = self.parts()
-        rows = [(label, parts[key], sub) for key, label, sub in GEN_ROWS if key in parts]
+        labels = {key: label for key, label, _ in GEN_ROWS}
+        if self.families == {"lightconv"}:  # an ensemble of both families keeps fconv's names
+            labels.update(LIGHTCONV_LABELS)
+        rows = [(labels[key], parts[key], sub) for key, _, sub in GEN_ROWS if key in parts]
         total = sum(parts[k] for k in TOP_PARTS)
         rows.append(("not attributed", self.wall - total, False))
         return rows
