@@ -23,8 +23,9 @@ class EnsembleModel:
     """Several models with the same dictionaries, searched together.
 
     Args:
-        models: FConvModels, fairseq-style incremental-decoder models or `SearchModel`s; all
-            must share the target dictionary (the same ids for the same symbols).
+        models: FConvModels, LightConvModels (the families may be mixed), fairseq-style
+            incremental-decoder models or `SearchModel`s; all must share the target dictionary
+            (the same ids for the same symbols).
     """
 
     def __init__(self, models: Sequence[Any]):

@@ -60,8 +60,8 @@ class Translator:
     """Models + dictionaries + segmentation: text in, hypotheses out.
 
     Args:
-        models: one model, or several (an ensemble); FConvModels or any fairseq-style
-            incremental-decoder models, all over ``src_dict`` -> ``tgt_dict``.
+        models: one model, or several (an ensemble); FConvModels, LightConvModels or any
+            fairseq-style incremental-decoder models, all over ``src_dict`` -> ``tgt_dict``.
         src_dict, tgt_dict: the dictionaries the models were trained with.
         src_segmenter, tgt_segmenter: how raw text is split into the dictionary's pieces and
             joined back (default: whitespace).

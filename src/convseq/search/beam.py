@@ -57,8 +57,8 @@ def beam_search(
     """Translate a batch with beam search.
 
     Args:
-        model: an FConvModel, any model with fairseq's incremental-decoder interface, or a
-            `SearchModel` (e.g. an ensemble).
+        model: an FConvModel or a LightConvModel, any model with fairseq's incremental-decoder
+            interface, or a `SearchModel` (e.g. an ensemble, of either family or both).
         src_tokens: (B, S) left-padded source, each row ending in EOS.
         src_lengths: (B,) source lengths, EOS included.
         beam: hypotheses kept per sentence (not capped at the vocabulary size).
@@ -71,8 +71,10 @@ def beam_search(
         normalize_scores: apply the length penalty; False keeps the plain log-prob sum.
         timer: optional hook called around each phase (see `convseq.search.timing.PHASES`).
         shrink: remove finished sentences from the batch (off only for measurements).
-        fold_weight_norm: fold weight norm into plain weights for the run.
-        beamable_mm: compute single-step attention products once per sentence.
+        fold_weight_norm: fold weight norm into plain weights for the run (fconv's; a
+            LightConv model has no weight norm: nothing to fold, no effect).
+        beamable_mm: compute single-step attention products once per sentence (fconv's
+            attention; LightConv's multi-head attention has no such path: no effect).
         need_attn: return the attention (False skips averaging it).
 
     Returns:

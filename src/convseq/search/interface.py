@@ -62,7 +62,7 @@ class IncrementalDecoderModel:
     encoder_out=..., incremental_state=...)`` returning ``(logits, attention)``,
     ``reorder_encoder_out`` and ``reorder_incremental_state`` (on the model or on its encoder /
     decoder), and optionally ``get_normalized_probs``, ``max_positions`` and
-    ``generation_mode`` (convseq's FConvModel has them all).
+    ``generation_mode`` (convseq's FConvModel and LightConvModel have them all).
     """
 
     def __init__(self, model: nn.Module):

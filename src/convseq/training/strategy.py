@@ -15,9 +15,9 @@ waits for every rank by itself; a barrier on NCCL also makes the host wait until
 idle. Sums are all-reduced here without it; other reductions are Lightning's.
 
 Two DDP settings are chosen from the model rather than left at PyTorch's defaults: buffers are
-not broadcast before every forward pass (`forward_sync_buffers=False`: fconv's only buffers are
-constant markers, which DDP makes equal on every rank when it starts, so the broadcast was one
-collective a step for nothing), and `find_unused_parameters` is turned on only where a parameter gets no
+not broadcast before every forward pass (`forward_sync_buffers=False`: the only buffers of both
+model families are constants -- version markers, LightConv's sinusoid table -- which DDP makes
+equal on every rank when it starts, so the broadcast was one collective a step for nothing), and `find_unused_parameters` is turned on only where a parameter gets no
 gradient (`convseq.training.unused_params`, checked once at setup). A value the user gives
 (`ddp_find_unused_parameters_true/false`) is kept; `false` with unused parameters is refused
 at setup, naming them, instead of failing at the second step.

@@ -19,7 +19,7 @@ __all__ = ["unused_parameters"]
 
 def _probe_batch(model: nn.Module, device: torch.device) -> dict[str, torch.Tensor] | None:
     """A 1-sentence, 4-token batch of the model's last symbols (no padding), or None for a
-    model without fconv's encoder and decoder embeddings."""
+    model without encoder and decoder token embeddings (both families have them)."""
     try:
         src_size = model.encoder.embed_tokens.num_embeddings
         tgt_size = model.decoder.embed_tokens.num_embeddings
@@ -34,7 +34,8 @@ def _probe_batch(model: nn.Module, device: torch.device) -> dict[str, torch.Tens
 
 def unused_parameters(model: nn.Module) -> list[str] | None:
     """Names of `model`'s trainable parameters that one training pass leaves without a
-    gradient; None where the model cannot be probed (not an fconv-like model)."""
+    gradient; None where the model cannot be probed (neither an fconv nor a LightConv-like
+    model: no ``encoder.embed_tokens`` / ``decoder.embed_tokens``)."""
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not trainable:
         return []
