@@ -223,7 +223,12 @@ def incremental_windows(
     if k > 1:
         incremental_state[key] = full[-(k - 1) :].detach()  # (<= K - 1, B, C)
     first = full.size(0) - x.size(0)
-    return padded_windows(full, k, k - 1)[first:], first  # (T, B, C, K): the new positions'
+    # Only the K - 1 - P positions before the sequence that the cache lacks are padded (none
+    # once K - 1 inputs are cached): padding K - 1 and dropping the first P windows, as a full
+    # forward does, would allocate, zero and copy twice the window per layer and step.
+    missing = k - 1 - first
+    padded = F.pad(full, (0, 0, 0, 0, missing, 0)) if missing > 0 else full  # (K - 1 + T, B, C)
+    return padded.unfold(0, k, 1), first  # (T, B, C, K): the new positions' windows
 
 
 def reorder_cache(incremental_state: IncrementalState, key: str, new_order: torch.Tensor) -> None:

@@ -97,5 +97,10 @@ class SinusoidalPositionalEmbedding(nn.Module):
             self.weights = table.to(self.weights)
         if incremental:
             return self.weights[self.padding_idx + length].expand(bsz, 1, -1)  # (B, 1, E)
+        if not bool(tokens.eq(self.padding_idx).any()):
+            # no padding (a decoder's prefix in generation): every row numbers pad + 1 .. pad + T,
+            # a view of the table; gathering B * T rows at every step would copy them all
+            first = self.padding_idx + 1
+            return self.weights[first : first + length].expand(bsz, -1, -1).detach()  # (B, T, E)
         positions = make_positions(tokens, self.padding_idx)  # (B, T)
         return self.weights.index_select(0, positions.view(-1)).view(bsz, length, -1).detach()
