@@ -1,5 +1,6 @@
 """Training a LightConv / DynamicConv model: the unused-parameter probe DDP relies on, bit-exact
-resume after a SIGTERM mid-epoch on 1 process and on 2 (gloo), and `profile=true`.
+resume after a SIGTERM mid-epoch on 1 process and on 2 (gloo), and `profile=true` (the straight
+1-process run is profiled).
 
 The machinery is fconv's, tested in test_ddp_unused.py, test_resume.py, test_ddp_resume.py and
 test_profiler.py; here it runs a tiny LightConv (2 + 2 layers, width 16, kernels 3 and 5,
@@ -104,8 +105,14 @@ def sigterm_then_resume(tiny_data, tmp_path: Path) -> None:
 
     setting = ["trainer.max_epochs=2", "gen.test_bleu=false"]
     straight = tmp_path / "straight"
-    train_one_thread(lightconv_run_config(tiny_data, straight, *setting))
+    # profiled (profile=true), the other runs not: timing must not change what is computed
+    train_one_thread(lightconv_run_config(tiny_data, straight, *setting, "profile=true"))
     assert summary(straight)["updates"] == 36  # 18 batches an epoch
+    epochs = summary(straight)["profile"]["epochs"]
+    assert len(epochs) == 2
+    for epoch in epochs:
+        for part in ("data", "forward", "backward", "optimiser"):
+            assert 0 < epoch[part] < epoch["wall"], part
 
     cut = tmp_path / "cut"
     train_one_thread(
