@@ -1,6 +1,6 @@
 """Training a LightConv / DynamicConv model: the unused-parameter probe DDP relies on, bit-exact
-resume after a SIGTERM mid-epoch on 1 process and on 2 (gloo), and `profile=true` (the straight
-1-process run is profiled).
+resume after a SIGTERM mid-epoch on 1 process and on 2 (gloo), `profile=true` (the straight
+1-process run is profiled), and fp16 training (16-mixed) with convseq's loss scaler.
 
 The machinery is fconv's, tested in test_ddp_unused.py, test_resume.py, test_ddp_resume.py and
 test_profiler.py; here it runs a tiny LightConv (2 + 2 layers, width 16, kernels 3 and 5,
@@ -17,11 +17,13 @@ that differ in the last bits. These runs fix the form by fairseq's length rule
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 from torch import nn
 
@@ -125,6 +127,32 @@ def sigterm_then_resume(tiny_data, tmp_path: Path) -> None:
     assert_same_end(straight, cut)
     weights = last_checkpoint(cut)["state_dict"]
     assert any(".conv.weight_linear." in k for k in weights)  # it was a DynamicConv
+
+
+# -- fp16 (trainer.precision=16-mixed): convseq's loss scaler, autocast on the CPU --------------
+class OutputDtypes(pl.Callback):
+    """The dtypes of the decoder's output projection in training (autocast makes them fp16)."""
+
+    def __init__(self) -> None:
+        self.dtypes: set[torch.dtype] = set()
+
+    def on_train_start(self, trainer, module) -> None:
+        projection = module.model.decoder.output_projection
+        projection.register_forward_hook(lambda m, a, out: self.dtypes.add(out.dtype))
+
+
+def test_lightconv_trains_in_16_mixed_with_the_loss_scaler(tiny_data, tmp_path):
+    seen = OutputDtypes()
+    fp16 = ["trainer.precision=16-mixed", "trainer.accelerator=cpu"]
+    short = ["trainer.max_epochs=1", "trainer.limit_train_batches=6", "final_test=false"]
+    cfg = lightconv_run_config(tiny_data, tmp_path, *fp16, *short, "gen.test_bleu=false")
+    train_one_thread(cfg, [seen])
+    result = summary(tmp_path)
+    assert result["updates"] == 6 and result["skipped_updates"] == 0
+    assert math.isfinite(result["history"][0]["train_epoch/loss"])
+    assert torch.float16 in seen.dtypes  # the products ran in fp16
+    weights = last_checkpoint(tmp_path)["state_dict"]
+    assert all(v.dtype == torch.float32 for v in weights.values() if v.is_floating_point())
 
 
 # -- two gloo processes: DDP trains a LightConv; SIGTERM mid-epoch, then resume ------------------
