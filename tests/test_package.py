@@ -29,6 +29,8 @@ PUBLIC = {
     "ConvSeqModule": "convseq.training.module",
     "TranslationDataModule": "convseq.data.datamodule",
     "FConvModel": "convseq.models.fconv",
+    "LightConvModel": "convseq.models.lightconv",
+    "build_model": "convseq.models.family",
     "Translator": "convseq.inference.translator",
     "beam_search": "convseq.search.beam",
     "load_fairseq": "convseq.checkpoints.fairseq",
@@ -51,9 +53,11 @@ def test_the_public_names_are_exactly_these_and_come_from_their_layers():
     from convseq import (  # noqa: F401  (the import the docs show must work as written)
         ConvSeqModule,
         FConvModel,
+        LightConvModel,
         TranslationDataModule,
         Translator,
         beam_search,
+        build_model,
         load_fairseq,
         save_fairseq,
     )

@@ -1,4 +1,5 @@
-"""convseq: convolutional sequence-to-sequence translation (fairseq's fconv) on Lightning + Hydra.
+"""convseq: convolutional sequence-to-sequence translation (fairseq's fconv and LightConv /
+DynamicConv) on Lightning + Hydra.
 
 The names most programs need, importable from the package itself::
 
@@ -24,6 +25,8 @@ _PUBLIC = {
     "ConvSeqModule": "convseq.training.module",
     "TranslationDataModule": "convseq.data.datamodule",
     "FConvModel": "convseq.models.fconv",
+    "LightConvModel": "convseq.models.lightconv",
+    "build_model": "convseq.models.family",
     "Translator": "convseq.inference.translator",
     "beam_search": "convseq.search.beam",
     "load_fairseq": "convseq.checkpoints.fairseq",
