@@ -274,7 +274,7 @@ def compare(what: str, case_path: Path, args: argparse.Namespace) -> dict[str, A
         pairs = zip(runs["convseq"][0]["hyps"], runs["fairseq"][0]["hyps"], strict=True)
         out["hyps_differing"] = sum(a != b for a, b in pairs)
         out["sentences"] = len(runs["convseq"][0]["hyps"])
-    medians = {k: round(v, 2) for k, v in out.items() if not k.endswith("_runs")}
+    medians = {k: round(v, 2) for k, v in out.items() if isinstance(v, float)}
     print(f"{what}: " + json.dumps(medians), flush=True)
     return out
 

@@ -3,6 +3,7 @@ its --dry-run trains and translates with convseq's side at tiny sizes."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -35,3 +36,16 @@ def test_dry_run_trains_and_translates_with_convseq():
     train, generate = json.loads(lines["train"]), json.loads(lines["generate"])
     assert train["tokens"] > 0 and train["first_loss"] > 0
     assert generate["tokens"] > 0 and generate["seconds"] > 0
+
+
+def test_report_gives_medians_ratios_and_differing_hypotheses(monkeypatch, capsys):
+    runs = {
+        "convseq": {"tokens": 10, "seconds": 1.0, "cpu_seconds": 2.0, "hyps": [[4, 2], [5, 2]]},
+        "fairseq": {"tokens": 10, "seconds": 2.0, "cpu_seconds": 2.0, "hyps": [[4, 2], [6, 2]]},
+    }
+    monkeypatch.setattr(bench, "run_side", lambda side, *_: dict(runs[side]))
+    args = argparse.Namespace(baseline_src=None, repeats=3)
+    out = bench.compare("generate", Path("case.pt"), args)
+    assert out["ratio_tps"] == 2.0 and out["ratio_tps_cpu"] == 1.0
+    assert out["hyps_differing"] == 1 and out["sentences"] == 2
+    assert "generate repeat 3" in capsys.readouterr().out

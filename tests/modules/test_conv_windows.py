@@ -50,11 +50,13 @@ def test_incremental_windows_equal_the_full_windows_step_by_step_or_at_once():
             parts.append(windows)
             start += n
         torch.testing.assert_close(torch.cat(parts), full)
-        assert state["k"].shape == (3, 2, 3)  # the last K - 1 inputs
+        buffer, seen = state["k"]  # (B, C, K - 1): the last K - 1 inputs, and how many came
+        assert buffer.shape == (2, 3, 3) and seen == 6
+        torch.testing.assert_close(buffer, x[-3:].permute(1, 2, 0))
 
 
 def test_reorder_cache_moves_rows_and_default_form():
-    state: dict[str, object] = {"k": torch.arange(4.0).view(1, 4, 1)}
+    state: dict[str, object] = {"k": (torch.arange(4.0).view(4, 1, 1), 5)}  # (B, C, K - 1)
     reorder_cache(state, "k", torch.tensor([3, 0]))
-    assert state["k"].view(-1).tolist() == [3.0, 0.0]
+    assert state["k"][0].view(-1).tolist() == [3.0, 0.0] and state["k"][1] == 5
     assert not default_unfold(512) and default_unfold(513) and default_unfold(5, incremental=True)

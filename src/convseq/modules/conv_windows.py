@@ -207,9 +207,15 @@ def incremental_windows(
 
     Returns (windows (T, B, C, K), first): ``first`` is the number of cached inputs P (at most
     K - 1) before ``x``, so the new positions are first .. first + T - 1 of a sequence of
-    first + T inputs. Stores the last K - 1 inputs under ``key``: a new tensor each call (a
+    first + T inputs. Stores under ``key`` the last K - 1 inputs as (B, C, K - 1), time last,
+    zeros before the sequence, and the number of inputs seen: a view of a tensor made here (a
     reordered or saved state is never written through), detached (a cached input never keeps an
     earlier step's graph alive).
+
+    Why this layout: a step's windows are then one concatenation, read by the products as
+    (B * H, R, K) without another copy; the next cache is a view of it; and no step pads (the
+    zeros are made once), where padding K - 1 - P positions at every step of a short sequence
+    would allocate, zero and copy the window again per layer.
     """
     k = kernel_size
     if padding_l != k - 1:
@@ -217,26 +223,25 @@ def incremental_windows(
             f"incremental decoding needs a causal convolution (padding_l = kernel_size - 1 "
             f"= {k - 1}), got padding_l={padding_l}"
         )
-    previous = incremental_state.get(key)  # (P, B, C), P <= K - 1, or None
-    assert previous is None or isinstance(previous, torch.Tensor)
-    full = x if previous is None else torch.cat([previous, x], dim=0)  # (P + T, B, C)
+    cached = incremental_state.get(key)  # ((B, C, K - 1) inputs, count) or None
+    if cached is None:
+        buffer, seen = x.new_zeros(x.size(1), x.size(2), k - 1), 0  # (B, C, K - 1): all before
+    else:
+        assert isinstance(cached, tuple)
+        buffer, seen = cached
+    full = torch.cat([buffer, x.permute(1, 2, 0)], dim=2)  # (B, C, K - 1 + T)
     if k > 1:
-        incremental_state[key] = full[-(k - 1) :].detach()  # (<= K - 1, B, C)
-    first = full.size(0) - x.size(0)
-    # Only the K - 1 - P positions before the sequence that the cache lacks are padded (none
-    # once K - 1 inputs are cached): padding K - 1 and dropping the first P windows, as a full
-    # forward does, would allocate, zero and copy twice the window per layer and step.
-    missing = k - 1 - first
-    padded = F.pad(full, (0, 0, 0, 0, missing, 0)) if missing > 0 else full  # (K - 1 + T, B, C)
-    return padded.unfold(0, k, 1), first  # (T, B, C, K): the new positions' windows
+        incremental_state[key] = (full[:, :, x.size(0) :].detach(), seen + x.size(0))
+    return full.unfold(2, k, 1).permute(2, 0, 1, 3), min(seen, k - 1)  # (T, B, C, K), a view
 
 
 def reorder_cache(incremental_state: IncrementalState, key: str, new_order: torch.Tensor) -> None:
     """Keep row ``new_order[i]``'s cached inputs as row ``i`` (beam moves, batch shrinking)."""
-    buffer = incremental_state.get(key)  # (P, B, C)
-    if buffer is not None:
-        assert isinstance(buffer, torch.Tensor)
-        incremental_state[key] = buffer.index_select(1, new_order)  # (P, B', C)
+    cached = incremental_state.get(key)  # ((B, C, K - 1) inputs, count)
+    if cached is not None:
+        assert isinstance(cached, tuple)
+        buffer, seen = cached
+        incremental_state[key] = (buffer.index_select(0, new_order), seen)  # (B', C, K - 1)
 
 
 class HeadConv1dTBC(nn.Module):
