@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
+from convseq.models.family import preset_config
 from convseq.models.fconv import FConvModel
 from machine import machine_line  # bench/, beside this script (on sys.path as a script)
 
@@ -91,7 +91,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
-    cfg = OmegaConf.load(CONF / f"{args.arch}.yaml")
+    cfg = preset_config(CONF / f"{args.arch}.yaml")
     model = FConvModel.build(cfg, args.vocab, args.vocab).eval()
     rows = args.batch * args.beam
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from convseq.models.fconv import FConvModel  # noqa: E402
+from convseq.common.specials import PAD_ID  # noqa: E402
+from convseq.models.family import build_model, preset_config  # noqa: E402
 from convseq.optim.nag import NAG  # noqa: E402
 from machine import machine, machine_line  # noqa: E402  (bench/, beside this script)
 
@@ -50,9 +50,8 @@ class OpCount(TorchDispatchMode):
 
 def model_params(preset: str, vocab: int, device: str) -> list[torch.nn.Parameter]:
     """The preset's parameters with a random gradient each."""
-    cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{preset}.yaml"))
-    cfg = {k: v for k, v in cfg.items() if k != "defaults"}
-    params = list(FConvModel.build(cfg, vocab, vocab).to(device).parameters())
+    cfg = preset_config(CONF / f"{preset}.yaml")
+    params = list(build_model(cfg, vocab, vocab, PAD_ID).to(device).parameters())
     g = torch.Generator(device="cpu").manual_seed(0)
     for p in params:
         p.grad = torch.randn(p.shape, generator=g).to(device) * 1e-3

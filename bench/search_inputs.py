@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
+from convseq.models.family import preset_config
 from convseq.models.fconv import FConvModel
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "model"
@@ -23,7 +23,7 @@ PAD, EOS = 1, 2
 
 def random_model(arch: str, vocab: int, eos_bias: float, device: str) -> FConvModel:
     """The preset ``arch`` (conf/model) with random weights and ``vocab`` words on each side."""
-    cfg = OmegaConf.load(CONF / f"{arch}.yaml")
+    cfg = preset_config(CONF / f"{arch}.yaml")
     model = FConvModel.build(cfg, vocab, vocab).to(device).eval()
     with torch.no_grad():
         model.decoder.fc3.bias[EOS] += eos_bias

@@ -17,7 +17,7 @@ from convseq.common.config import plain
 from convseq.errors import ConvseqError
 from convseq.inference.loading import model_from_checkpoint
 from convseq.models.config import FConvConfig, ModelConfigError
-from convseq.models.family import FAMILIES, build_model, family_of, model_config
+from convseq.models.family import FAMILIES, build_model, family_of, model_config, preset_config
 from convseq.models.fconv import FConvModel
 from convseq.models.lightconv import LightConvModel
 from convseq.models.lightconv_config import LightConvConfig
@@ -210,3 +210,14 @@ def test_a_checkpoint_whose_weights_are_another_familys_is_refused(tmp_path: Pat
     ckpt = {"hyper_parameters": hp, "state_dict": light.state_dict()}
     with pytest.raises(ConvseqError, match="not a convseq model checkpoint"):
         model_from_checkpoint(ckpt, tmp_path / "x.ckpt")
+
+
+@pytest.mark.parametrize("name", ["fconv_toy", "lightconv_iwslt_de_en"])
+def test_a_preset_file_read_without_hydra_is_the_composed_preset(name):
+    assert preset_config(CONF_DIR / "model" / f"{name}.yaml") == _composed_model([f"model={name}"])
+
+
+def test_every_preset_file_names_its_family_and_reads_as_that_familys_config():
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        cfg = preset_config(path)
+        assert cfg.arch == path.stem and type(cfg) is FAMILIES[cfg.family].config, path

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from convseq.common.config import typed
@@ -33,6 +34,7 @@ __all__ = [
     "config_class",
     "family_of",
     "model_config",
+    "preset_config",
 ]
 
 ModelConfig: TypeAlias = FConvConfig | LightConvConfig  # the config of any family
@@ -111,6 +113,14 @@ def model_config(cfg: ModelConfig | DictConfig | Mapping[str, Any] | None) -> Mo
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, schema):
         raise ModelConfigError(f"model: a {type(cfg).__name__} names family {cfg.family!r}")
     return typed(schema, cfg, "model", ModelConfigError)
+
+
+def preset_config(path: str | os.PathLike) -> ModelConfig:
+    """A preset file of conf/model read without Hydra (benchmarks, scripts): its keys typed by
+    the family it names. Its defaults list, which points Hydra at that family's schema, is
+    Hydra's alone and is left out."""
+    node = OmegaConf.load(path)
+    return model_config({k: v for k, v in node.items() if k != "defaults"})
 
 
 def build_model(
