@@ -178,6 +178,7 @@ def convseq_train(model: LightConvModel, case: dict[str, Any]) -> dict[str, Any]
         logits, _ = model(src, lengths, prev)  # (B, T, V)
         return label_smoothed_cross_entropy(logits, target, case["smoothing"], PAD).loss
 
+    model.eval()  # no dropout: both sides compute the same loss
     with torch.no_grad():
         first = float(loss_of(case["train"][0]).item())
     model.train()

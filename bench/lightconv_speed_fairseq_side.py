@@ -55,6 +55,7 @@ def train(model, case: dict) -> dict:
         loss, _ = label_smoothed_nll_loss(lprobs, target.view(-1), case["smoothing"], 1)
         return loss
 
+    model.eval()  # no dropout: both sides compute the same loss
     with torch.no_grad():
         first = float(loss_of(case["train"][0]).item())
     model.train()
