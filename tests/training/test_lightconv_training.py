@@ -7,11 +7,11 @@ test_profiler.py; here it runs a tiny LightConv (2 + 2 layers, width 16, kernels
 `model=lightconv_toy` shrunk) with dropout, so that the random stream matters on resume.
 
 Bit-exact resume needs the convolutions' full forward to take the same form (band or unfold: they
-round differently) in the resumed process as in the straight one. By default the form is chosen
-by timing both, once per shape class and process (`convseq.modules.conv_windows`, "measure"),
-so two processes may choose differently and a resumed run, or two DDP runs, then end with weights
-that differ in the last bits. These runs fix the form by fairseq's length rule
-(``CONVSEQ_CONV_FORM=length``, `conv_form("length")`); see the report of issue 49 item 4.
+round differently) in the resumed process as in the straight one. Outside training the form is
+chosen by timing both, once per shape class and process (`convseq.modules.conv_windows`,
+"measure"), so two processes may choose differently; a training run takes fairseq's length rule
+in every process (`training_forms`), which these runs check by leaving the mode as it is: the
+1-process resume measures its forms first in a fresh measure cache.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from convseq.models.lightconv import LightConvModel
-from convseq.modules.conv_windows import conv_form
+from convseq.modules.conv_windows import MEASURED, conv_form
 from convseq.tasks.config import as_config
 from convseq.training.unused_params import unused_parameters
 from tests.search.test_lightconv_search import lightconv_config
@@ -98,8 +98,10 @@ def test_the_probe_leaves_a_lightconv_models_gradients_mode_and_random_stream():
 
 # -- one process: SIGTERM mid-epoch, then resume ---------------------------------------------------
 def test_lightconv_sigterm_mid_epoch_then_resume_equals_a_straight_run(tiny_data, tmp_path):
-    with conv_form("length"):  # the form a fresh process would take too (module docstring)
+    MEASURED.clear()  # as in a fresh process: a measured choice would be made anew
+    with conv_form("measure"):  # the default outside training: train() must not use it
         sigterm_then_resume(tiny_data, tmp_path)
+    assert not MEASURED  # nothing was timed: every full forward took the length rule
 
 
 def sigterm_then_resume(tiny_data, tmp_path: Path) -> None:
@@ -162,7 +164,7 @@ def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
     settings = ["model.dropout=0.1", "trainer.max_epochs=2", "batching.max_tokens=150"]
     cmd = [sys.executable, str(SCRIPT), str(tiny_data["corpus"]), str(tiny_data["cache"])]
     cmd += [str(out), str(record), *settings, "final_test=false", *extra]
-    env = launch_env(CONVSEQ_CONV_FORM="length")  # one form in every process (module docstring)
+    env = launch_env()  # the default mode: training takes the length rule in every process
     proc = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc

@@ -34,6 +34,8 @@ FORM_MODES = ("measure", "length", "band", "unfold")
 _settings = {"mode": os.environ.get("CONVSEQ_CONV_FORM", "measure")}
 if _settings["mode"] not in FORM_MODES:
     raise ValueError(f"CONVSEQ_CONV_FORM: one of {FORM_MODES}, got {_settings['mode']!r}")
+# whether the user chose the mode (CONVSEQ_CONV_FORM): `training_forms` then keeps it
+_CHOSEN_BY_USER = "CONVSEQ_CONV_FORM" in os.environ
 MEASURE_REPEATS = 3  # timed calls of each form (after one untimed), the fastest one counts
 
 
@@ -73,6 +75,22 @@ def conv_form(mode: str) -> Iterator[None]:
         yield
     finally:
         set_conv_form(old)
+
+
+@contextlib.contextmanager
+def training_forms() -> Iterator[None]:
+    """The forms a training run takes: fairseq's length rule, the same in every process.
+
+    Measured choices are made per process and the two forms round differently, so a run resumed
+    in a fresh process, a DDP rank or a repeat of the run could compute other last bits than the
+    straight run; the length rule keeps resume and repeats bit for bit. A mode the user set with
+    CONVSEQ_CONV_FORM is kept (``measure`` trains with measured forms, without that guarantee).
+    """
+    if _CHOSEN_BY_USER:
+        yield
+        return
+    with conv_form("length"):
+        yield
 
 
 def default_unfold(length: int, incremental: bool = False) -> bool:

@@ -63,6 +63,7 @@ from convseq.evaluation.history import (
     SUMMARY_FILE,
     time_to_quality_line,
 )
+from convseq.modules.conv_windows import training_forms
 from convseq.optim.warmup import check_update_schedule
 from convseq.training.bleu import wants_valid_bleu
 from convseq.training.build import (
@@ -117,7 +118,8 @@ def train(
     Raises:
         ConvseqError: bad data, settings or checkpoints, with a message naming them.
     """
-    return float(_train(cfg, callbacks)["best_value"])
+    with training_forms():  # LightConv's kernel forms: the same in every process (resume)
+        return float(_train(cfg, callbacks)["best_value"])
 
 
 def _train(
