@@ -116,9 +116,12 @@ HELPERS |= {
     "conv_layers_fairseq_side.py",
     "lightconv_layers_fairseq_side.py",
     "fairseq_cases_side.py",
+    "lightconv_fairseq_side.py",  # bench_lightconv_vs_fairseq.py's fairseq half
+    "lightconv_speed_fairseq_side.py",  # bench_lightconv_vs_fairseq_speed.py's fairseq half
 }
 # gpu_check.py's parts: it prints the machine line for all of them
 HELPERS |= {"gpu_common.py", "gpu_parity.py", "gpu_runpy.py", "gpu_train.py", "gpu_translate.py"}
+HELPERS |= {"gpu_lightconv.py"}
 BENCHMARKS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
