@@ -65,7 +65,8 @@ CHECKS = [
 ]
 # the parts that start `python run.py` subprocesses (SIGTERM + resume=true, trainer=ddp): the
 # default run's dry run leaves them out (--skip), their run.py paths being covered by
-# tests/training/test_slurm_requeue.py and test_ddp_unused.py; the whole dry run is slow
+# tests/training/test_slurm_requeue.py and test_ddp_resume.py (run.py trainer=ddp); the whole
+# dry run is slow
 RUNPY_PARTS = ("resume", "ddp")
 RUNPY_ROWS = {"SIGTERM, resume=true", "ddp, 2 processes"}
 
@@ -271,7 +272,7 @@ def test_dry_run_checks_and_budget_without_the_run_py_parts(dry_run):
 
 
 # slow: the whole dry run; run.py's SIGTERM + resume and trainer=ddp paths are covered in the
-# default run by tests/training/test_slurm_requeue.py and tests/training/test_ddp_unused.py
+# default run by tests/training/test_slurm_requeue.py and tests/training/test_ddp_resume.py
 @pytest.mark.slow
 def test_dry_run_resume_ddp_checks_and_budget(tmp_path):
     whole = _dry_run(tmp_path)

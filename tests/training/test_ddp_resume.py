@@ -127,8 +127,21 @@ def run_py(tiny_data, out: Path, *extra: str) -> subprocess.Popen:
     return start(tiny_data, out, "trainer=ddp", "trainer.accelerator=cpu", *extra, env=env)
 
 
+def test_run_py_trainer_ddp_trains_two_ranks_into_rank_0s_folder(tiny_data, tmp_path):
+    out = tmp_path / "run"
+    printed = finish(run_py(tiny_data, out, "max_update=4", "final_test=false"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 4 and not summary["interrupted"]
+    assert "GLOBAL_RANK: 1" in (out / "train_ddp_process_1.log").read_text()
+    assert {".hydra", "checkpoints", "summary.json", "train_ddp_process_1.log"} <= set(
+        run_folder_names(out)
+    )
+    assert list(tmp_path.iterdir()) == [out]  # rank 1 (relaunched through Hydra) made no folder
+    assert printed.count(" 4 updates in ") == 1, printed  # the summary line, rank 0's alone
+
+
 # slow: the default run covers DDP's SIGTERM and bit-exact resume (the tests above, through
-# tests/ddp_script.py) and run.py's DDP launch (tests/training/test_ddp_unused.py)
+# tests/ddp_script.py) and run.py's DDP launch (the test above)
 @pytest.mark.slow
 def test_run_py_trainer_ddp_sigterm_and_resume_end_with_the_compose_runs_weights(
     runs, tiny_data, tmp_path

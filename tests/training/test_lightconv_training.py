@@ -2,7 +2,7 @@
 resume after a SIGTERM mid-epoch on 1 process and on 2 (gloo), `profile=true` (the straight
 1-process run is profiled), and fp16 training (16-mixed) with convseq's loss scaler.
 
-The machinery is fconv's, tested in test_ddp_unused.py, test_resume.py, test_ddp_resume.py and
+The machinery is fconv's, tested in test_ddp.py, test_ddp_unused.py, test_resume.py, test_ddp_resume.py and
 test_profiler.py; here it runs a tiny LightConv (2 + 2 layers, width 16, kernels 3 and 5,
 `model=lightconv_toy` shrunk) with dropout, so that the random stream matters on resume.
 
@@ -171,7 +171,7 @@ def ddp(tiny_data, out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 # slow: two processes each. The default run covers DDP's SIGTERM and bit-exact resume with
-# fconv (test_ddp_resume.py through tests/ddp_script.py), the probe DDP asks (test_ddp_unused.py
+# fconv (test_ddp_resume.py through tests/ddp_script.py), DDP with unused parameters (test_ddp.py
 # for the machinery, the probe tests above for LightConv) and the model's part in-process
 # (tests/search/test_lightconv_search.py, the probe tests above)
 @pytest.mark.slow
