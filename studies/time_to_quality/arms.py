@@ -75,6 +75,22 @@ LEVERS: dict[str, list[str]] = {
     "ddp": ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
 }
 
+
+def family(preset: str, *extra: str) -> list[str]:
+    """The recipe (multi30k_fast's optimiser, schedule, data and stop rule) with another model
+    preset, seed 1, capped at `MINUTES`, read on valid BLEU like the exploration arms."""
+    return [
+        "experiment=multi30k_fast",
+        f"model={preset}",
+        "seed=1",
+        f"trainer.max_time=00:00:{MINUTES:02d}:00",
+        "final_test=false",
+        *extra,
+    ]
+
+
+LIGHTWEIGHT = ["model.encoder_conv_type=lightweight", "model.decoder_conv_type=lightweight"]
+
 # name -> overrides after BASE, in the order they ran (an arm whose overrides start with an
 # `experiment=` is a recipe run: BASE is not added)
 ARMS: dict[str, list[str]] = {
@@ -115,6 +131,10 @@ ARMS: dict[str, list[str]] = {
         f"lever_ddp_seed{seed}": recipe("multi30k_fast", seed, 20, *LEVERS["ddp"])
         for seed in (2, 3)
     },
+    # the LightConv family on the recipe: lightconv_toy (DynamicConv, 2.5M parameters on this
+    # data) and its LightConv twin, read on valid BLEU against fast_seed1 run again beside them
+    "family_dynamic_toy": family("lightconv_toy"),
+    "family_lightweight_toy": family("lightconv_toy", *LIGHTWEIGHT),
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
