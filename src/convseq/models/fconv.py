@@ -8,19 +8,18 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from torch import nn
 from torch.nn.utils import parametrize
 
 from convseq.common.specials import PAD_ID
+from convseq.models.base import EncoderDecoderModel
 from convseq.models.config import FConvConfig, as_fconv_config
 from convseq.models.decoder import FConvDecoder
-from convseq.models.encoder import EncoderOut, FConvEncoder
+from convseq.models.encoder import FConvEncoder
 from convseq.models.spec import parse_attention, parse_layers
 from convseq.modules.attention import AttentionLayer
-from convseq.modules.linearized_conv import IncrementalState
 
 
-class FConvModel(nn.Module):
+class FConvModel(EncoderDecoderModel):
     """An fconv encoder-decoder with fairseq's conventions, maths and state-dict names.
 
     The source is left-padded, the decoder input is the target with EOS moved to the front
@@ -98,26 +97,6 @@ class FConvModel(nn.Module):
         """
         encoder_out = self.encoder(src_tokens, src_lengths)
         return self.decoder(prev_output_tokens, encoder_out)
-
-    def get_normalized_probs(
-        self, net_output: tuple[torch.Tensor, object] | torch.Tensor, log_probs: bool = True
-    ) -> torch.Tensor:
-        """(Log-)probabilities of the decoder's output, in fp32."""
-        return self.decoder.get_normalized_probs(net_output, log_probs)
-
-    def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: torch.Tensor) -> EncoderOut:
-        """The encoder output with row i taken from row ``new_order[i]``."""
-        return self.encoder.reorder_encoder_out(encoder_out, new_order)
-
-    def reorder_incremental_state(
-        self, incremental_state: IncrementalState, new_order: torch.Tensor
-    ) -> None:
-        """Reorder the decoder's incremental state (see `FConvDecoder.reorder_incremental_state`)."""
-        self.decoder.reorder_incremental_state(incremental_state, new_order)
-
-    def max_positions(self) -> tuple[int, int]:
-        """(longest source, longest target) in tokens, EOS included."""
-        return self.encoder.max_positions(), self.decoder.max_positions()
 
     @contextlib.contextmanager
     def generation_mode(

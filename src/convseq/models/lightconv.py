@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from convseq.models.base import EncoderDecoderModel
 from convseq.models.lightconv_config import LightConvConfig
 from convseq.modules.dynamic_conv import DynamicConv1dTBC
 from convseq.modules.lightconv_layer import LightConvDecoderLayer, LightConvEncoderLayer
@@ -259,7 +260,7 @@ class LightConvDecoder(nn.Module):
         return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
 
 
-class LightConvModel(nn.Module):
+class LightConvModel(EncoderDecoderModel):
     """fairseq's LightConvModel: `LightConvEncoder` and `LightConvDecoder`."""
 
     def __init__(self, encoder: LightConvEncoder, decoder: LightConvDecoder, cfg: LightConvConfig):
@@ -294,28 +295,6 @@ class LightConvModel(nn.Module):
         input -> (B, T, V) logits and the (B, T, S) attention of the last layer (None in
         training). The arguments are `FConvModel.forward`'s, so a batch feeds either family."""
         return self.decoder(prev_output_tokens, self.encoder(src_tokens, src_lengths))
-
-    def get_normalized_probs(
-        self, net_output: tuple[torch.Tensor, object], log_probs: bool = True
-    ) -> torch.Tensor:
-        """(Log-)probabilities of the decoder's output, in fp32."""
-        return self.decoder.get_normalized_probs(net_output, log_probs)
-
-    def reorder_encoder_out(
-        self, encoder_out: LightConvEncoderOut, new_order: torch.Tensor
-    ) -> LightConvEncoderOut:
-        """The encoder output with row ``i`` taken from row ``new_order[i]``."""
-        return self.encoder.reorder_encoder_out(encoder_out, new_order)
-
-    def reorder_incremental_state(
-        self, incremental_state: IncrementalState, new_order: torch.Tensor
-    ) -> None:
-        """Reorder every decoder layer's cache (beam moves)."""
-        self.decoder.reorder_incremental_state(incremental_state, new_order)
-
-    def max_positions(self) -> tuple[int, int]:
-        """(longest source, longest target) in tokens, EOS included."""
-        return self.encoder.max_positions(), self.decoder.max_positions()
 
     @contextlib.contextmanager
     def generation_mode(
