@@ -135,6 +135,8 @@ ARMS: dict[str, list[str]] = {
     # data) and its LightConv twin, read on valid BLEU against fast_seed1 run again beside them
     "family_dynamic_toy": family("lightconv_toy"),
     "family_lightweight_toy": family("lightconv_toy", *LIGHTWEIGHT),
+    # the one that read best, at half the recipe's peak learning rate
+    "family_lightweight_lr2e-3": family("lightconv_toy", *LIGHTWEIGHT, "optim.lr=0.002"),
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
