@@ -39,8 +39,10 @@ from convseq.checkpoints.fairseq_args import (
 from convseq.errors import CheckpointError
 from convseq.models.lightconv_config import PRESETS, LightConvConfig
 
-# fairseq's registered LightConv translation architectures: the base and its presets
-ARCHS: tuple[str, ...] = ("lightconv", *PRESETS)
+# fairseq's registered LightConv translation architectures, each with its overrides of the base
+# values: the base itself (none) and its presets
+ARCH_OVERRIDES: dict[str, dict[str, object]] = {"lightconv": {}, **PRESETS}
+ARCHS: tuple[str, ...] = tuple(ARCH_OVERRIDES)
 _NOT_ARGS = ("arch", "family", "max_source_positions", "max_target_positions")
 _SIDES = ("encoder", "decoder")
 
@@ -89,7 +91,7 @@ def lightconv_config(state: Mapping[str, Any]) -> LightConvConfig:
         value = None if field.name in _NOT_ARGS else get_arg(args, field.name)
         if value is not None:  # None: left to the preset or to fairseq's derivation
             given[field.name] = _typed(value, str(field.type), label + field.name)
-    values: dict[str, Any] = {**PRESETS.get(arch, {}), **given}
+    values: dict[str, Any] = {**ARCH_OVERRIDES[arch], **given}
     for side in ("source", "target"):
         values[f"max_{side}_positions"] = max_positions(state, side, label)
     try:

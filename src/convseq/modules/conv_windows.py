@@ -30,12 +30,12 @@ BAND_MAX_LENGTH = 512
 # How a full forward that was not told its form picks one: "measure" (time both forms once per
 # shape class and keep the faster, like cuDNN's benchmark mode), "length" (fairseq's rule,
 # `default_unfold`), or "band" / "unfold" (that form always). CONVSEQ_CONV_FORM sets it at import.
-FORM_MODES = ("measure", "length", "band", "unfold")
-_settings = {"mode": os.environ.get("CONVSEQ_CONV_FORM", "measure")}
+FORM_MODES = ("measure", "length", "band", "unfold")  # the first is the default
+# the mode the user chose (None: none); `training_forms` then keeps it
+_USER_MODE = os.environ.get("CONVSEQ_CONV_FORM")
+_settings = {"mode": FORM_MODES[0] if _USER_MODE is None else _USER_MODE}
 if _settings["mode"] not in FORM_MODES:
     raise ValueError(f"CONVSEQ_CONV_FORM: one of {FORM_MODES}, got {_settings['mode']!r}")
-# whether the user chose the mode (CONVSEQ_CONV_FORM): `training_forms` then keeps it
-_CHOSEN_BY_USER = "CONVSEQ_CONV_FORM" in os.environ
 MEASURE_REPEATS = 3  # timed calls of each form (after one untimed), the fastest one counts
 
 
@@ -86,7 +86,7 @@ def training_forms() -> Iterator[None]:
     straight run; the length rule keeps resume and repeats bit for bit. A mode the user set with
     CONVSEQ_CONV_FORM is kept (``measure`` trains with measured forms, without that guarantee).
     """
-    if _CHOSEN_BY_USER:
+    if _USER_MODE is not None:
         yield
         return
     with conv_form("length"):

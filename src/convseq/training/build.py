@@ -273,12 +273,13 @@ def check_resume(
     except ConvseqError as e:
         raise CheckpointError(f"{path}: its model configuration does not read: {e}") from e
     ours_model = plain(module.model_cfg)
-    changed = sorted(
-        k for k in set(theirs_model) | set(ours_model) if theirs_model.get(k) != ours_model.get(k)
-    )
+    # one family's configs have the same keys; another family's differ in `family` first
+    same_family = theirs_model["family"] == ours_model["family"]
+    keys = sorted(ours_model) if same_family else ["family"]
+    changed = [k for k in keys if theirs_model[k] != ours_model[k]]
     if changed:
         detail = ", ".join(
-            f"{k}: {theirs_model.get(k)!r} there, {ours_model.get(k)!r} now" for k in changed
+            f"{k}: {theirs_model[k]!r} there, {ours_model[k]!r} now" for k in changed
         )
         raise CheckpointError(
             f"{path}: trained with another model configuration ({detail}); resume with the "
