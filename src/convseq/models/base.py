@@ -1,4 +1,5 @@
-"""`EncoderDecoderModel`: what every family's model delegates to its encoder and decoder alike.
+"""`EncoderDecoderModel`: what every family's model delegates to its encoder and decoder alike,
+and `eval_mode`, what every family's ``generation_mode`` does alike.
 
 A family's model (`FConvModel`, `LightConvModel`) holds an ``encoder`` with
 ``reorder_encoder_out`` and ``max_positions`` and an incremental ``decoder`` with
@@ -9,6 +10,8 @@ these on the model (`convseq.search.interface`). Its own ``build``, ``forward`` 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -42,3 +45,22 @@ class EncoderDecoderModel(nn.Module):
     def max_positions(self) -> tuple[int, int]:
         """(longest source, longest target) in tokens, EOS included."""
         return self.encoder.max_positions(), self.decoder.max_positions()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module, need_attn: bool | None) -> Iterator[None]:
+    """Every submodule in eval mode and, where `need_attn` is given and the model's decoder has
+    the flag, ``decoder.need_attn`` set; each submodule's mode and the flag restored on exit."""
+    modes = [(m, m.training) for m in model.modules()]
+    decoder = getattr(model, "decoder", None)
+    old_need_attn = getattr(decoder, "need_attn", None)
+    try:
+        model.eval()
+        if need_attn is not None and old_need_attn is not None:
+            decoder.need_attn = need_attn
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
+        if old_need_attn is not None:
+            decoder.need_attn = old_need_attn

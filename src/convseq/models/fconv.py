@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from torch.nn.utils import parametrize
 
 from convseq.common.specials import PAD_ID
-from convseq.models.base import EncoderDecoderModel
+from convseq.models.base import EncoderDecoderModel, eval_mode
 from convseq.models.config import FConvConfig, as_fconv_config
 from convseq.models.decoder import FConvDecoder
 from convseq.models.encoder import FConvEncoder
@@ -120,24 +120,17 @@ class FConvModel(EncoderDecoderModel):
             need_attn: set ``decoder.need_attn`` (False skips averaging the attention);
                 None leaves it as is.
         """
-        modes = [(m, m.training) for m in self.modules()]
         attention = [m for m in self.modules() if isinstance(m, AttentionLayer)]
         beams = [a.beam_size for a in attention]
-        old_need_attn = self.decoder.need_attn
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.no_grad())
             if fold_weight_norm:
                 stack.enter_context(parametrize.cached())
+            stack.enter_context(eval_mode(self, need_attn))
             try:
-                self.eval()
                 for a in attention:
                     a.beam_size = beam_size
-                if need_attn is not None:
-                    self.decoder.need_attn = need_attn
                 yield self
             finally:
-                for m, training in modes:
-                    m.training = training
                 for a, beam in zip(attention, beams, strict=True):
                     a.beam_size = beam
-                self.decoder.need_attn = old_need_attn

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from convseq.models.base import EncoderDecoderModel
+from convseq.models.base import EncoderDecoderModel, eval_mode
 from convseq.models.lightconv_config import LightConvConfig
 from convseq.modules.dynamic_conv import DynamicConv1dTBC
 from convseq.modules.lightconv_layer import LightConvDecoderLayer, LightConvEncoderLayer
@@ -309,18 +309,8 @@ class LightConvModel(EncoderDecoderModel):
         ``beam_size`` and ``fold_weight_norm`` are fconv's fast paths (beamable products,
         weight-norm folding); this family has neither, so they change nothing here.
         """
-        modes = [(m, m.training) for m in self.modules()]
-        old_need_attn = self.decoder.need_attn
-        with torch.no_grad(), self.untrimmed_kernels():
-            try:
-                self.eval()
-                if need_attn is not None:
-                    self.decoder.need_attn = need_attn
-                yield self
-            finally:
-                for m, training in modes:
-                    m.training = training
-                self.decoder.need_attn = old_need_attn
+        with torch.no_grad(), self.untrimmed_kernels(), eval_mode(self, need_attn):
+            yield self
 
     @contextlib.contextmanager
     def untrimmed_kernels(self) -> Iterator[LightConvModel]:
