@@ -137,6 +137,25 @@ ARMS: dict[str, list[str]] = {
     "family_lightweight_toy": family("lightconv_toy", *LIGHTWEIGHT),
     # the one that read best, at half the recipe's peak learning rate
     "family_lightweight_lr2e-3": family("lightconv_toy", *LIGHTWEIGHT, "optim.lr=0.002"),
+    # the LightConv toy, one lever at a time (read against family_lightweight_toy):
+    # wider kernels (fairseq's iwslt preset starts 3, 7, 15), the same cost an update
+    "family_lightweight_k15": family(
+        "lightconv_toy",
+        *LIGHTWEIGHT,
+        "model.encoder_kernel_size_list=[3,7,15]",
+        "model.decoder_kernel_size_list=[3,7]",
+    ),
+    # 1.5x wider (more capacity for the 45-minute goal, slower epochs)
+    "family_lightweight_wide192": family(
+        "lightconv_toy",
+        *LIGHTWEIGHT,
+        "model.encoder_embed_dim=192",
+        "model.encoder_ffn_embed_dim=384",
+        "model.decoder_embed_dim=192",
+        "model.decoder_ffn_embed_dim=384",
+    ),
+    # the studies' fconv regularisation (fconv_compare's dropout) on 29k pairs
+    "family_lightweight_drop0.2": family("lightconv_toy", *LIGHTWEIGHT, "model.dropout=0.2"),
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
