@@ -60,9 +60,9 @@ def _typed_dict(model: dict):
     return as_config({**config, "model": model}).model
 
 
-def test_every_lightconv_preset_file_is_a_fairseq_preset_or_the_toy():
+def test_every_lightconv_preset_file_is_a_fairseq_preset_or_ours():
     names = sorted(p.stem for p in (CONF_DIR / "model").glob("lightconv*.yaml"))
-    assert names == sorted([*FAIRSEQ_PRESETS, "lightconv_toy"])
+    assert names == sorted([*FAIRSEQ_PRESETS, "lightconv_toy", "lightconv_multi30k"])
 
 
 @pytest.mark.parametrize("name", sorted(FAIRSEQ_PRESETS))
