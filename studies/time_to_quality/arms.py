@@ -154,8 +154,9 @@ ARMS: dict[str, list[str]] = {
         "model.decoder_embed_dim=192",
         "model.decoder_ffn_embed_dim=384",
     ),
-    # the studies' fconv regularisation (fconv_compare's dropout) on 29k pairs
-    "family_lightweight_drop0.2": family("lightconv_toy", *LIGHTWEIGHT, "model.dropout=0.2"),
+    # the LightConv recipe (experiment=multi30k_lightconv, chosen on the arms above) to 45
+    # minutes, three seeds one after another, every epoch's checkpoint kept for the test curves
+    **{f"lightconv45_seed{seed}": recipe("multi30k_lightconv", seed, 45) for seed in (1, 2, 3)},
 }
 
 # arm -> the arm whose folder it starts from (copied, less its summary and test curve; the
@@ -168,4 +169,7 @@ NOT_RUN: dict[str, list[str]] = {
     "ddp_bf16_adam4e-3_isqrt150": DDP_BF16 + adam(0.004) + inverse_sqrt(150),
     "ddp_bf16_adam4e-3_cos800": DDP_BF16 + adam(0.004) + cosine(150, 800),
     "adam3e-3_cos1600_drop0.1": adam(0.003) + cosine(300, 1600) + ["model.dropout=0.1"],
+    # the studies' fconv regularisation (fconv_compare's dropout) on the LightConv toy: its
+    # 12 minutes went to the LightConv recipe's seeds
+    "family_lightweight_drop0.2": family("lightconv_toy", *LIGHTWEIGHT, "model.dropout=0.2"),
 }
